@@ -1,0 +1,62 @@
+# Every dependency comes from a system package (Debian/Ubuntu -dev packages, the CUDA toolkit) or, for the
+# header-only cudnn-frontend, from `pip install --no-deps nvidia-cudnn-frontend`. Nothing is downloaded here.
+
+find_package(Threads REQUIRED)
+
+# OpenBLAS: the CPU GEMM engine.
+find_package(PkgConfig)
+if(PkgConfig_FOUND)
+  pkg_check_modules(OPENBLAS IMPORTED_TARGET openblas)
+endif()
+if(TARGET PkgConfig::OPENBLAS)
+  add_library(megatron_blas INTERFACE IMPORTED)
+  target_link_libraries(megatron_blas INTERFACE PkgConfig::OPENBLAS)
+else()
+  set(BLA_VENDOR OpenBLAS)
+  find_package(BLAS REQUIRED)
+  find_path(OPENBLAS_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas REQUIRED)
+  add_library(megatron_blas INTERFACE IMPORTED)
+  target_link_libraries(megatron_blas INTERFACE BLAS::BLAS)
+  target_include_directories(megatron_blas INTERFACE ${OPENBLAS_CBLAS_INCLUDE})
+endif()
+
+if(MEGATRON_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+
+if(MEGATRON_WITH_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+
+  # cuDNN 9 (system package or the toolkit's include/lib).
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} PATHS /usr/include /usr/local/include)
+  find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} PATHS /usr/lib/x86_64-linux-gnu)
+  if(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
+    message(FATAL_ERROR "cuDNN not found (cudnn.h: '${CUDNN_INCLUDE_DIR}', libcudnn: '${CUDNN_LIBRARY}'); "
+                        "install the cudnn9 -dev package or build with -DMEGATRON_CUDA=OFF")
+  endif()
+  add_library(megatron_cudnn INTERFACE IMPORTED)
+  target_include_directories(megatron_cudnn INTERFACE ${CUDNN_INCLUDE_DIR})
+  target_link_libraries(megatron_cudnn INTERFACE ${CUDNN_LIBRARY})
+
+  # cudnn-frontend: header only, from the nvidia-cudnn-frontend wheel (its include/ lands in site-packages).
+  find_package(Python3 COMPONENTS Interpreter)
+  set(_site_hints "")
+  if(Python3_Interpreter_FOUND)
+    execute_process(COMMAND ${Python3_EXECUTABLE} -c "import site,sys; print(';'.join(site.getsitepackages()+[site.getusersitepackages()]))"
+                    OUTPUT_VARIABLE _site OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    foreach(s ${_site})
+      list(APPEND _site_hints ${s}/include ${s}/cudnn_frontend/include)
+    endforeach()
+  endif()
+  find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+            HINTS ${CUDNN_FRONTEND_ROOT} ${CUDNN_FRONTEND_ROOT}/include ${CMAKE_SOURCE_DIR}/.deps/cudnn_frontend/include
+                  ${_site_hints})
+  if(NOT CUDNN_FRONTEND_INCLUDE_DIR)
+    message(FATAL_ERROR "cudnn-frontend headers not found: run `pip install --no-deps nvidia-cudnn-frontend` "
+                        "or pass -DCUDNN_FRONTEND_ROOT=<dir holding include/cudnn_frontend.h>")
+  endif()
+  message(STATUS "megatron.cpp: cudnn-frontend headers in ${CUDNN_FRONTEND_INCLUDE_DIR}")
+  add_library(megatron_cudnn_frontend INTERFACE IMPORTED)
+  target_include_directories(megatron_cudnn_frontend SYSTEM INTERFACE ${CUDNN_FRONTEND_INCLUDE_DIR})
+  target_link_libraries(megatron_cudnn_frontend INTERFACE megatron_cudnn)
+endif()

@@ -1,0 +1,25 @@
+# Warnings and the common compile definitions for every megatron target.
+function(megatron_target_defaults target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --extended-lambda -Xcompiler=-Wall>)
+endfunction()
+
+# megatron_add_op_family(NAME family SOURCES cpu sources... CUDA_SOURCES cuda sources... [DEPS targets...])
+# One op family = one folder under src/megatron/ops, one static library: families build independently, so
+# a family under work never breaks the build of another.
+function(megatron_add_op_family)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;CUDA_SOURCES;DEPS;CUDA_DEPS" ${ARGN})
+  set(target megatron_ops_${ARG_NAME})
+  set(srcs ${ARG_SOURCES})
+  if(MEGATRON_WITH_CUDA)
+    list(APPEND srcs ${ARG_CUDA_SOURCES})
+  endif()
+  add_library(${target} STATIC ${srcs})
+  megatron_target_defaults(${target})
+  target_link_libraries(${target} PUBLIC megatron_runtime ${ARG_DEPS})
+  if(MEGATRON_WITH_CUDA)
+    target_link_libraries(${target} PUBLIC ${ARG_CUDA_DEPS})
+  endif()
+  set_property(GLOBAL APPEND PROPERTY MEGATRON_OP_FAMILIES ${target})
+endfunction()

@@ -1,0 +1,60 @@
+// Context: everything an op needs to run on one device, passed explicitly (no globals): the device, the
+// allocator for outputs and scratch, and on CUDA the stream all work is queued on plus the library
+// handles (cuBLASLt, cuDNN) and plan caches. Ops take `Context&` first, then destination, then inputs.
+//
+// Ordering contract: CUDA work is asynchronous on ctx.stream(); host code reading device results calls
+// ctx.synchronize() (copy_tensor to a CPU tensor does so itself).
+#pragma once
+
+#include <memory>
+#include <source_location>
+
+#include "megatron/tensor/tensor.h"
+
+namespace megatron {
+
+struct CudaLibraries;  // runtime/cuda_libraries.h (CUDA builds)
+
+// Whether this binary was built with the CUDA backend.
+bool cuda_backend_compiled();
+// Number of visible CUDA devices (0 in a CPU-only build or on a machine without a GPU).
+int cuda_device_count();
+
+class Context {
+ public:
+  static std::unique_ptr<Context> cpu();
+  // Throws when the build has no CUDA backend or the device does not exist.
+  static std::unique_ptr<Context> cuda(int device_index = 0);
+  static std::unique_ptr<Context> create(Device device);
+  ~Context();
+
+  Device device() const { return device_; }
+  bool is_cuda() const { return device_.is_cuda(); }
+  Allocator& allocator() { return *allocator_; }
+  StreamHandle stream() const { return stream_; }
+  // Uninitialised tensor on this context's device, usable on its stream.
+  Tensor empty(const Shape& shape, DType dtype, std::source_location caller = std::source_location::current());
+  void synchronize();
+
+  // Library handles and caches; throws on a CPU context.
+  CudaLibraries& cuda_libraries();
+  // Page-locked host memory for fast transfers; throws on a CPU context.
+  Allocator& pinned_allocator();
+
+ private:
+  Context() = default;
+  Device device_;
+  std::unique_ptr<Allocator> allocator_;
+  std::unique_ptr<Allocator> pinned_;
+  std::unique_ptr<CudaLibraries> cuda_;
+  StreamHandle stream_ = nullptr;
+};
+
+// Copies the bytes of `src` into `dst` (any devices; same dtype and number of elements). Queued on
+// ctx's stream; returns after the copy when `dst` is on the CPU.
+void copy_tensor(Context& ctx, const Tensor& dst, const Tensor& src);
+// New tensor on `device` holding a copy of `src`; a CPU destination comes from `host_allocator`, a CUDA
+// one from ctx (which must then be that device's context).
+Tensor to_device(Context& ctx, const Tensor& src, Device device, Allocator& host_allocator);
+
+}  // namespace megatron

@@ -1,0 +1,50 @@
+// Argument validation for ops. Each failed check throws megatron::Error naming the op, the argument and
+// what it is versus what it must be, e.g.
+//   "rms_norm: argument weight is bf16[8] on cuda:0 but must have shape [7]"
+// Usage:
+//   OpCheck("rms_norm").device(ctx, {{"y", y}, {"x", x}}).shape("y", y, x.shape()).dtype_in("x", x, {F32, BF16});
+#pragma once
+
+#include <initializer_list>
+#include <utility>
+
+#include "megatron/tensor/tensor.h"
+
+namespace megatron {
+
+class Context;
+
+struct NamedTensor {
+  const char* name;
+  const Tensor& tensor;
+};
+
+class OpCheck {
+ public:
+  explicit OpCheck(const char* op) : op_(op) {}
+
+  OpCheck& defined(const char* name, const Tensor& t);
+  // Every tensor is defined and lives on `device` (the context's device).
+  OpCheck& device(Device device, std::initializer_list<NamedTensor> tensors);
+  OpCheck& device(const Context& ctx, std::initializer_list<NamedTensor> tensors);
+  OpCheck& dtype(const char* name, const Tensor& t, DType expected);
+  OpCheck& dtype_in(const char* name, const Tensor& t, std::initializer_list<DType> allowed);
+  OpCheck& same_dtype(std::initializer_list<NamedTensor> tensors);
+  OpCheck& shape(const char* name, const Tensor& t, const Shape& expected);
+  OpCheck& same_shape(std::initializer_list<NamedTensor> tensors);
+  OpCheck& rank(const char* name, const Tensor& t, int expected);
+  OpCheck& numel(const char* name, const Tensor& t, int64_t expected);
+  // Free-form constraint: when !ok, throws "<op>: <message parts>".
+  template <class... Parts>
+  OpCheck& that(bool ok, const Parts&... parts) {
+    if (!ok) fail(str_cat(parts...));
+    return *this;
+  }
+
+  [[noreturn]] void fail(const std::string& what) const;
+
+ private:
+  const char* op_;
+};
+
+}  // namespace megatron
