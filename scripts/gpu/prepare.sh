@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Run here (not on the GPU machine): copies the cudnn-frontend headers into .deps/ (git-ignored) so a device
+# call can carry them (`carry: [".deps"]`), since the GPU machine cannot install anything.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+scripts/deps.sh
+SP=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+mkdir -p .deps/cudnn_frontend
+rm -rf .deps/cudnn_frontend/include
+cp -r "$SP/include" .deps/cudnn_frontend/include
+du -sh .deps

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool), in one call: build, run every test (GPU-labelled ones included) and the
+# op benchmarks; logs go to $OUT (or ./gpu-out), a short table is printed last.
+#
+#   scripts/gpu/run.sh [--tests-only|--bench-only] [--bench-families gemm,attention,...]
+#
+# The machine has no network and no cudnn-frontend headers: carry them in .deps/cudnn_frontend/include
+# (scripts/gpu/prepare.sh puts them there) by naming `.deps` in the device call's carry list.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0   # never use NVLink multicast on shared machines
+MODE=all
+FAMILIES=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --tests-only) MODE=tests ;;
+    --bench-only) MODE=bench ;;
+    --bench-families) FAMILIES=$2; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+BUILD=build-gpu
+summary=()
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+echo "commit $commit" | tee -a "$OUT/gpu.txt"
+
+t0=$(date +%s)
+if ! cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+     -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" >"$OUT/configure.log" 2>&1; then
+  tail -30 "$OUT/configure.log"; echo "configure FAILED"; exit 1
+fi
+if ! cmake --build $BUILD -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+  grep -E "error|FAILED" "$OUT/build.log" | head -40; echo "build FAILED"; exit 1
+fi
+summary+=("build: ok in $(( $(date +%s) - t0 )) s")
+
+if [ $MODE != bench ]; then
+  (cd $BUILD && ctest --output-on-failure -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
+  rc=$?
+  grep -E "^\s*[0-9]+/[0-9]+ Test|tests passed|tests failed" "$OUT/ctest.log" | tail -60
+  # The first failures in full, so the reply shows why.
+  grep -E "\[  FAILED  \]|Failure|error:" "$OUT/ctest.log" | head -40
+  summary+=("tests: $(grep -E 'tests passed' "$OUT/ctest.log" | tail -1) (rc $rc)")
+fi
+
+if [ $MODE != tests ]; then
+  args=(--markdown "$OUT/bench_ops.md")
+  [ -n "$FAMILIES" ] && args+=(--only "$FAMILIES")
+  $BUILD/bench/bench_ops "${args[@]}" >"$OUT/bench.log" 2>&1
+  summary+=("bench: rc $?")
+fi
+
+echo
+echo "================ summary ================"
+printf '%s\n' "${summary[@]}"
+[ -f "$OUT/bench_ops.md" ] && cat "$OUT/bench_ops.md"
+[ -f "$OUT/bench.log" ] && grep -i -E "failed|error" "$OUT/bench.log" | head -20
+exit 0

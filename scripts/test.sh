@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs missing dependencies, configures, builds and runs every CPU test.
+#
+#   scripts/test.sh                 # CUDA build if a toolkit is found (compile + link), plus a CPU-only build
+#   BUILD_DIR=out scripts/test.sh   # another build directory (default: build)
+#   SKIP_CPU_ONLY=1 scripts/test.sh # skip the second, CPU-only configuration
+#
+# GPU tests (ctest label `gpu`) run on a GPU machine through scripts/gpu/run.sh, not here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/deps.sh
+
+JOBS=${JOBS:-$(nproc)}
+BUILD_DIR=${BUILD_DIR:-build}
+GENERATOR=()
+command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
+export PATH="$PATH:/usr/local/cuda/bin"
+
+configure_build_test() {  # dir, extra cmake args...
+  local dir=$1
+  shift
+  echo "== configure $dir $*"
+  cmake -S . -B "$dir" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >"$dir.configure.log" 2>&1 ||
+    { cat "$dir.configure.log"; exit 1; }
+  grep -E "megatron.cpp:" "$dir.configure.log" || true
+  echo "== build $dir"
+  cmake --build "$dir" -j "$JOBS"
+  echo "== test $dir"
+  (cd "$dir" && ctest -LE gpu --output-on-failure -j "$JOBS")
+}
+
+configure_build_test "$BUILD_DIR"
+if [ "${SKIP_CPU_ONLY:-0}" != "1" ] && grep -q "CUDA backend ON" "$BUILD_DIR.configure.log"; then
+  configure_build_test "$BUILD_DIR-cpu-only" -DMEGATRON_CUDA=OFF
+fi
