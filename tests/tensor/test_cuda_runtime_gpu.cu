@@ -2,6 +2,7 @@
 // memory, streams/events, host<->device copies, and Philox giving the CPU's numbers on the device.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
 #include "harness.h"
