@@ -58,5 +58,6 @@ if(MEGATRON_WITH_CUDA)
   message(STATUS "megatron.cpp: cudnn-frontend headers in ${CUDNN_FRONTEND_INCLUDE_DIR}")
   add_library(megatron_cudnn_frontend INTERFACE IMPORTED)
   target_include_directories(megatron_cudnn_frontend SYSTEM INTERFACE ${CUDNN_FRONTEND_INCLUDE_DIR})
-  target_link_libraries(megatron_cudnn_frontend INTERFACE megatron_cudnn)
+  # cudnn-frontend compiles some kernels at run time (NVRTC).
+  target_link_libraries(megatron_cudnn_frontend INTERFACE megatron_cudnn CUDA::nvrtc)
 endif()

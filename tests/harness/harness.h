@@ -86,6 +86,10 @@ void expect_gradients_match_finite_differences(const GradCase& c);
 
 std::string gtest_name(const std::string& s);
 
+// gtest prints parameters of failing tests; show the case name instead of raw bytes.
+inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
+inline void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name; }
+
 }  // namespace megatron::testing
 
 #define MEGATRON_REQUIRE_GPU() \

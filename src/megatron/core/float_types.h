@@ -3,8 +3,10 @@
 // Contract: every conversion here gives, bit for bit, what the CUDA intrinsics give on sm_90
 // (__float2bfloat16, __float2half, __nv_cvt_float_to_fp8 with __NV_SATFINITE, and the widening casts):
 // narrowing rounds to nearest even; fp8 saturates finite overflow (and inf) to the largest finite value;
-// NaN stays NaN. tests/core/test_float_types.cpp holds the CPU checks and tests/gpu/ compares these
-// against the intrinsics on every 8/16-bit pattern and on millions of random floats.
+// NaN stays NaN (narrowing gives the canonical NaN of the format: bf16/fp16 0x7FFF, fp8 0x7F; widening an
+// fp16 or fp8 NaN gives 0x7FFFFFFF, widening bf16 is a plain shift). tests/core/test_float_types.cpp holds
+// the CPU checks and tests/core/test_float_types_cuda.cu compares these against the intrinsics on every
+// 8/16-bit pattern and on millions of random floats.
 //
 // The functions are usable from host and device code (MEGATRON_HD); device kernels usually prefer the
 // native CUDA types, which have the same layout.
@@ -57,7 +59,10 @@ MEGATRON_HD float to_float(fp16_t v) {
   uint32_t sign = uint32_t(v.bits & 0x8000u) << 16;
   uint32_t exp = (v.bits >> 10) & 0x1fu;
   uint32_t mant = v.bits & 0x3ffu;
-  if (exp == 0x1f) return detail::bits_float(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0x1f) {
+    // inf keeps its sign; every NaN widens to the canonical 0x7FFFFFFF (cvt.f32.f16, cuda_fp16.hpp)
+    return detail::bits_float(mant == 0 ? (sign | 0x7f800000u) : 0x7fffffffu);
+  }
   if (exp == 0) {
     if (mant == 0) return detail::bits_float(sign);
     // subnormal: mant * 2^-24, exact in fp32
