@@ -1,0 +1,173 @@
+#include "megatron/ops/gemm/gemm.h"
+
+#include <cmath>
+
+#include "megatron/ops/gemm/cpu.h"
+#include "megatron/ops/gemm/dims.h"
+#include "megatron/tensor/op_checks.h"
+
+#if MEGATRON_WITH_CUDA
+#include "megatron/ops/gemm/cuda.h"
+#endif
+
+namespace megatron::ops {
+
+const char* gemm_epilogue_name(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::None: return "none";
+    case GemmEpilogue::Bias: return "bias";
+    case GemmEpilogue::Gelu: return "gelu";
+    case GemmEpilogue::BiasGelu: return "bias+gelu";
+  }
+  return "?";
+}
+
+double gelu_tanh(double x) {
+  constexpr double kSqrt2OverPi = 0.79788456080286535588;
+  return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+}
+
+double gelu_tanh_grad(double x) {
+  constexpr double kSqrt2OverPi = 0.79788456080286535588;
+  double u = kSqrt2OverPi * (x + 0.044715 * x * x * x);
+  double th = std::tanh(u);
+  double du = kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * x * x);
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du;
+}
+
+namespace {
+
+bool is_scalar_f32(const Tensor& t) { return t.dtype() == DType::F32 && t.numel() == 1; }
+
+// "A bf16[8, 16] on cuda:0 (transposed), B ..., D ..." for error messages.
+std::string describe_call(const Tensor& d, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
+  return str_cat("A ", a.describe(), opt.transpose_a ? " (transposed)" : "", ", B ", b.describe(),
+                 opt.transpose_b ? " (transposed)" : "", ", D ", d.describe());
+}
+
+GemmDims validate(Context& ctx, const Tensor& d, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
+  OpCheck check("gemm");
+  check.device(ctx, {{"d", d}, {"a", a}, {"b", b}});
+  const std::string call = describe_call(d, a, b, opt);
+
+  // ---- shapes ----
+  check.that(a.rank() == 2 || a.rank() == 3, "A must be 2-D [M, K] or 3-D [batch, M, K]; got ", call);
+  check.that(d.rank() == a.rank(), "D must have the rank of A; got ", call);
+  check.that(b.rank() == 2 || (b.rank() == 3 && a.rank() == 3),
+             "B must be 2-D, or 3-D when A is 3-D; got ", call);
+  GemmDims g;
+  g.batched = a.rank() == 3;
+  g.batch = g.batched ? a.dim(0) : 1;
+  g.b_shared = g.batched && b.rank() == 2;
+  g.m = opt.transpose_a ? a.dim(-1) : a.dim(-2);
+  g.k = opt.transpose_a ? a.dim(-2) : a.dim(-1);
+  int64_t kb = opt.transpose_b ? b.dim(-1) : b.dim(-2);
+  g.n = opt.transpose_b ? b.dim(-2) : b.dim(-1);
+  g.lda = a.dim(-1);
+  g.ldb = b.dim(-1);
+  check.that(kb == g.k, "inner dimensions differ: op(A) is [", g.m, ", ", g.k, "] but op(B) is [", kb, ", ", g.n,
+             "] (", call, ")");
+  if (g.batched && !g.b_shared)
+    check.that(b.dim(0) == g.batch, "batch sizes differ between A and B (", call, ")");
+  Shape d_shape = g.batched ? Shape{g.batch, g.m, g.n} : Shape{g.m, g.n};
+  check.that(d.shape() == d_shape, "D must have shape ", d_shape, " for op(A) [", g.m, ", ", g.k, "] @ op(B) [",
+             g.k, ", ", g.n, "]; got ", call);
+
+  // ---- dtypes ----
+  const bool fp8 = is_fp8(a.dtype()) || is_fp8(b.dtype());
+  if (fp8) {
+    check.that(is_fp8(a.dtype()) && is_fp8(b.dtype()), "fp8 needs both A and B in fp8; got ", call);
+    check.that(!(a.dtype() == DType::F8E5M2 && b.dtype() == DType::F8E5M2),
+               "f8e5m2 x f8e5m2 is not supported by cuBLASLt (one operand must be f8e4m3); got ", call);
+    check.dtype_in("d", d, {DType::BF16, DType::F16, DType::F32, DType::F8E4M3, DType::F8E5M2});
+    check.that(!opt.transpose_a && opt.transpose_b,
+               "fp8 inputs need A as [M, K] and B as [N, K] (transpose_a = false, transpose_b = true: the only "
+               "layout, 'TN', that cuBLASLt's fp8 kernels support); got ", call);
+    check.that(g.m % 16 == 0 && g.n % 16 == 0 && g.k % 16 == 0,
+               "fp8 needs M, N and K to be multiples of 16; got M=", g.m, " N=", g.n, " K=", g.k, " (", call, ")");
+    check.device(ctx, {{"a_scale", opt.a_scale}, {"b_scale", opt.b_scale}});
+    check.that(is_scalar_f32(opt.a_scale) && is_scalar_f32(opt.b_scale),
+               "fp8 inputs need a_scale and b_scale as f32[1] tensors (inverse scales); got a_scale ",
+               opt.a_scale.describe(), ", b_scale ", opt.b_scale.describe());
+    if (is_fp8(d.dtype())) {
+      check.that(opt.beta == 0.0f, "fp8 output D cannot accumulate (beta must be 0, got ", opt.beta, ")");
+      check.that(opt.epilogue == GemmEpilogue::None || opt.epilogue == GemmEpilogue::Bias,
+                 "fp8 output D supports the none and bias epilogues only, got ", gemm_epilogue_name(opt.epilogue));
+    }
+  } else {
+    check.dtype_in("a", a, {DType::F32, DType::F16, DType::BF16, DType::F64});
+    check.same_dtype({{"a", a}, {"b", b}});
+    if (a.dtype() == DType::F64) {
+      check.dtype("d", d, DType::F64);
+      check.that(!ctx.is_cuda(), "f64 runs on the CPU only; got ", call);
+    } else if (d.dtype() != a.dtype()) {
+      check.dtype("d", d, DType::F32);
+    }
+    check.that(!opt.a_scale.defined() && !opt.b_scale.defined(),
+               "a_scale / b_scale are for fp8 inputs only; got ", call);
+    check.that(!opt.d_amax_out.defined(), "d_amax_out is for fp8 inputs only; got ", call);
+  }
+  if (opt.d_scale.defined()) {
+    check.that(is_fp8(d.dtype()), "d_scale is for an fp8 output D only; got ", call);
+    check.device(ctx, {{"d_scale", opt.d_scale}});
+    check.that(is_scalar_f32(opt.d_scale), "d_scale must be f32[1], got ", opt.d_scale.describe());
+  }
+  if (opt.d_amax_out.defined()) {
+    // cuBLASLt computes amax(D) only for fp8 outputs of fp8 inputs (other outputs are rejected).
+    check.that(is_fp8(d.dtype()), "d_amax_out is for an fp8 output D only; got ", call);
+    check.device(ctx, {{"d_amax_out", opt.d_amax_out}});
+    check.that(is_scalar_f32(opt.d_amax_out), "d_amax_out must be f32[1], got ", opt.d_amax_out.describe());
+  }
+
+  // ---- epilogue ----
+  const bool has_bias = opt.epilogue == GemmEpilogue::Bias || opt.epilogue == GemmEpilogue::BiasGelu;
+  const bool has_gelu = opt.epilogue == GemmEpilogue::Gelu || opt.epilogue == GemmEpilogue::BiasGelu;
+  if (has_bias) {
+    check.device(ctx, {{"bias", opt.bias}});
+    check.shape("bias", opt.bias, Shape{g.n});
+    DType bias_dtype = !fp8 ? d.dtype() : (d.dtype() == DType::F16 ? DType::F16 : DType::BF16);
+    check.dtype("bias", opt.bias, bias_dtype);
+  } else {
+    check.that(!opt.bias.defined(), "a bias tensor was given but the epilogue is ",
+               gemm_epilogue_name(opt.epilogue), " (use Bias or BiasGelu)");
+  }
+  if (opt.gelu_input_out.defined()) {
+    check.that(has_gelu, "gelu_input_out needs the gelu or bias+gelu epilogue, got ", gemm_epilogue_name(opt.epilogue));
+    check.device(ctx, {{"gelu_input_out", opt.gelu_input_out}});
+    check.shape("gelu_input_out", opt.gelu_input_out, d.shape());
+    check.dtype("gelu_input_out", opt.gelu_input_out, d.dtype());
+  }
+  if (opt.bias_grad_out.defined()) {
+    check.device(ctx, {{"bias_grad_out", opt.bias_grad_out}});
+    check.that(opt.epilogue == GemmEpilogue::None, "bias_grad_out needs the none epilogue, got ",
+               gemm_epilogue_name(opt.epilogue));
+    check.that(!g.batched && !fp8 && opt.alpha == 1.0f,
+               "bias_grad_out needs a 2-D, non-fp8 call with alpha == 1; got alpha ", opt.alpha, ", ", call);
+    check.that(g.n >= 1 && g.k >= 1, "bias_grad_out needs N >= 1 and K >= 1; got ", call);
+    check.shape("bias_grad_out", opt.bias_grad_out, Shape{g.m});
+    check.dtype("bias_grad_out", opt.bias_grad_out, d.dtype());
+  }
+  if (g.k == 0) {
+    check.that(opt.epilogue == GemmEpilogue::None && !fp8 && (opt.beta == 0.0f || opt.beta == 1.0f),
+               "K == 0 is supported only with the none epilogue, non-fp8 inputs and beta 0 or 1; got ", call);
+  }
+  check.that(g.batch <= INT32_MAX, "batch ", g.batch, " exceeds the int32 batch count of cuBLASLt");
+  return g;
+}
+
+}  // namespace
+
+void gemm(Context& ctx, const Tensor& d, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
+  GemmDims g = validate(ctx, d, a, b, opt);
+  if (ctx.is_cuda()) {
+#if MEGATRON_WITH_CUDA
+    cuda::gemm(ctx, d, a, b, opt, g);
+#else
+    MEGATRON_FAIL("gemm: this build has no CUDA backend");
+#endif
+  } else {
+    cpu::gemm(ctx, d, a, b, opt, g);
+  }
+}
+
+}  // namespace megatron::ops
