@@ -1,0 +1,48 @@
+// Causal (or full) scaled-dot-product self-attention with grouped-query heads, as a fused op.
+//
+// Layout ("bshd", Megatron's layout before the attention core):
+//   q, out, dq, dout : [B, S, H, D]
+//   k, v, dk, dv     : [B, S, G, D]     H % G == 0; query head h reads key/value head h / (H / G)
+//                                       (G == H: multi-head, G == 1: multi-query)
+//   stats            : [B, H, S, 1] f32 log-sum-exp of each query row of the scaled, masked scores
+//                                       (natural log): stats = log(sum_j exp(scale * q_i . k_j)).
+//                                       Context parallelism merges partial results with it.
+// All of q, k, v, out, dout, dq, dk, dv share one dtype. Scale = options.scale, or 1/sqrt(D) when 0.
+// Causal mask: top-left aligned, query i sees keys j <= i. No dropout (Megatron trains these models
+// with attention dropout 0).
+//
+// Forward assigns out and stats. Backward assigns (does not accumulate) dq, dk, dv, recomputing the
+// probabilities from stats: P = exp(scale * Q K^T - stats), dP = dO V^T, dS = P * (dP - rowsum(dO * O)),
+// dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO; for grouped heads dK/dV sum over the group's heads.
+//
+// Devices and precision:
+//   CPU : F64, F32, BF16, F16 storage; plain loops in double, outputs rounded once. The reference.
+//   CUDA: BF16 and F16 only (F32/F64 throw), through cuDNN's fused flash attention (cudnn-frontend
+//         graphs, cached per shape/dtype/options in the context). fp32 accumulation and softmax; the
+//         probabilities are rounded to the I/O type before the P.V and dS products (flash attention).
+//         Needs D % 8 == 0, D <= 256, and 16-byte aligned tensors. S == 1 (which cuDNN's backward rejects)
+//         runs small kernels of ours in both directions, fp32 math.
+//         deterministic=true selects cuDNN's deterministic backward (bit-identical reruns; slower).
+#pragma once
+
+#include "megatron/runtime/context.h"
+
+namespace megatron::ops {
+
+struct AttentionOptions {
+  bool causal = true;
+  float scale = 0.0f;          // 0: 1/sqrt(D)
+  bool deterministic = false;  // backward only
+};
+
+void attention_forward(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k,
+                       const Tensor& v, const AttentionOptions& options = {});
+
+void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& stats,
+                        const AttentionOptions& options = {});
+
+// The scale actually used for head dimension `head_dim` (options.scale, or 1/sqrt(head_dim) when 0).
+float attention_scale(const AttentionOptions& options, int64_t head_dim);
+
+}  // namespace megatron::ops

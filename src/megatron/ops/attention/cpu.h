@@ -1,0 +1,15 @@
+// CPU reference of the attention family (see attention.h for the contract). Arguments are validated by
+// the caller.
+#pragma once
+
+#include "megatron/tensor/tensor.h"
+
+namespace megatron::ops::cpu {
+
+void attention_forward(const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k, const Tensor& v,
+                       bool causal, double scale);
+void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& stats, bool causal,
+                        double scale);
+
+}  // namespace megatron::ops::cpu

@@ -1,0 +1,23 @@
+// CUDA path of the attention family (see attention.h): cuDNN fused attention (cudnn_sdpa.cpp) plus one
+// kernel of ours for what cuDNN does not cover (cuda.cu). Arguments are validated by the caller, except the
+// cuDNN-specific limits (dtype, head dim, alignment), which are checked here.
+#pragma once
+
+#include "megatron/runtime/context.h"
+
+namespace megatron::ops::cuda {
+
+void attention_forward(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k,
+                       const Tensor& v, bool causal, float scale);
+void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& stats,
+                        bool causal, float scale, bool deterministic);
+
+// Forward and backward for S == 1 (one query, one key: the mask is irrelevant), BF16/F16; deterministic.
+void attention_forward_single_token(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& q,
+                                    const Tensor& k, const Tensor& v, float scale);
+void attention_backward_single_token(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                     const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& out, const Tensor& stats, float scale);
+
+}  // namespace megatron::ops::cuda

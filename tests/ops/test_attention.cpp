@@ -1,0 +1,349 @@
+// Tests of the attention family: cuDNN fused attention vs the CPU reference (forward outputs and stats,
+// backward gradients), the CPU backward vs finite differences, grouped-query attention vs multi-head
+// attention with repeated K/V heads, independent formulas for the forward, determinism and bad inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "megatron/ops/attention/attention.h"
+
+namespace megatron {
+namespace {
+
+using namespace megatron::testing;
+using ops::AttentionOptions;
+
+struct Problem {
+  int64_t B, S, H, G, D;
+  DType dtype;
+  bool causal = true;
+  float scale = 0.0f;
+
+  Shape q_shape() const { return {B, S, H, D}; }
+  Shape kv_shape() const { return {B, S, G, D}; }
+  Shape stats_shape() const { return {B, H, S, 1}; }
+  AttentionOptions options(bool deterministic = false) const { return {causal, scale, deterministic}; }
+  std::string name() const {
+    std::string n = str_cat(dtype_name(dtype), "_B", B, "_S", S, "_H", H, "_G", G, "_D", D, causal ? "_causal" : "_full");
+    if (scale != 0.0f) n += str_cat("_scale", int(scale * 1000));
+    return n;
+  }
+};
+
+// NMSE limits: flash attention rounds the probabilities to the I/O type before the P.V and dS products,
+// which an emulation puts at ~5e-6 (bf16) and ~1e-7 (f16); a wrong mask or scale is >1e-3.
+double io_limit(DType t) { return t == DType::BF16 ? 2e-4 : 2e-6; }
+constexpr double kStatsLimit = 1e-8;
+
+OpCase forward_case(const Problem& p) {
+  OpCase c;
+  c.name = "fwd_" + p.name();
+  c.inputs = {{p.q_shape(), p.dtype}, {p.kv_shape(), p.dtype}, {p.kv_shape(), p.dtype}};
+  c.outputs = {{p.q_shape(), p.dtype}, {p.stats_shape(), DType::F32}};
+  c.max_nmse = {io_limit(p.dtype), kStatsLimit};
+  AttentionOptions options = p.options();
+  c.run = [options](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+    ops::attention_forward(ctx, out[0], out[1], in[0], in[1], in[2], options);
+  };
+  return c;
+}
+
+// Backward from each device's own forward (out and stats recomputed on the device under test).
+OpCase backward_case(const Problem& p) {
+  OpCase c;
+  c.name = "bwd_" + p.name();
+  c.inputs = {{p.q_shape(), p.dtype}, {p.kv_shape(), p.dtype}, {p.kv_shape(), p.dtype}, {p.q_shape(), p.dtype}};
+  c.outputs = {{p.q_shape(), p.dtype}, {p.kv_shape(), p.dtype}, {p.kv_shape(), p.dtype}};
+  c.max_nmse = {io_limit(p.dtype), io_limit(p.dtype), io_limit(p.dtype)};
+  Problem pp = p;
+  c.run = [pp](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+    Tensor o = ctx.empty(pp.q_shape(), pp.dtype);
+    Tensor stats = ctx.empty(pp.stats_shape(), DType::F32);
+    ops::attention_forward(ctx, o, stats, in[0], in[1], in[2], pp.options());
+    ops::attention_backward(ctx, out[0], out[1], out[2], in[3], in[0], in[1], in[2], o, stats, pp.options());
+  };
+  return c;
+}
+
+// Small shapes: run on CUDA vs CPU and, in CI, CPU-only (every output written, deterministic).
+std::vector<OpCase> small_cases() {
+  std::vector<OpCase> cases;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (Problem p : {Problem{1, 1, 4, 4, 64, dt}, Problem{2, 7, 8, 2, 64, dt}, Problem{1, 33, 4, 1, 128, dt},
+                      Problem{2, 17, 4, 2, 64, dt, false}, Problem{1, 9, 2, 1, 64, dt, true, 0.3f}}) {
+      cases.push_back(forward_case(p));
+      cases.push_back(backward_case(p));
+    }
+  }
+  return cases;
+}
+MEGATRON_OP_CASES(Attention, small_cases);
+
+// The full table of the brief, GPU only (its CPU reference is too slow for CI).
+std::vector<OpCase> large_cases() {
+  std::vector<OpCase> cases;
+  for (DType dt : {DType::BF16, DType::F16})
+    for (int64_t B : {1, 2})
+      for (int64_t S : {1, 7, 129, 256})
+        for (auto [H, G] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {4, 1}})
+          for (int64_t D : {64, 128}) {
+            Problem p{B, S, H, G, D, dt};
+            cases.push_back(forward_case(p));
+            cases.push_back(backward_case(p));
+          }
+  // Non-causal at a size where the mask matters.
+  for (DType dt : {DType::BF16, DType::F16}) {
+    cases.push_back(forward_case(Problem{2, 129, 8, 2, 128, dt, false}));
+    cases.push_back(backward_case(Problem{2, 129, 8, 2, 128, dt, false}));
+  }
+  return cases;
+}
+class AttentionGpuLarge : public ::testing::TestWithParam<OpCase> {};
+TEST_P(AttentionGpuLarge, CudaMatchesCpu) {
+  MEGATRON_REQUIRE_GPU();
+  expect_cuda_matches_cpu(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Ops, AttentionGpuLarge, ::testing::ValuesIn(large_cases()),
+                         [](const auto& info) { return gtest_name(info.param.name); });
+
+// ---- finite differences of the CPU backward (fp64; stats are fp32 by contract, hence 1e-5) ----
+GradCase grad_case(const Problem& p) {
+  GradCase c;
+  c.name = p.name();
+  c.inputs = {{p.q_shape()}, {p.kv_shape()}, {p.kv_shape()}};
+  c.differentiable = {0, 1, 2};
+  c.forward = [p](Context& ctx, const std::vector<Tensor>& in) {
+    Tensor out = ctx.empty(p.q_shape(), DType::F64);
+    Tensor stats = ctx.empty(p.stats_shape(), DType::F32);
+    ops::attention_forward(ctx, out, stats, in[0], in[1], in[2], p.options());
+    return std::vector<Tensor>{out};
+  };
+  c.backward = [p](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& grad_out) {
+    Tensor out = ctx.empty(p.q_shape(), DType::F64);
+    Tensor stats = ctx.empty(p.stats_shape(), DType::F32);
+    ops::attention_forward(ctx, out, stats, in[0], in[1], in[2], p.options());
+    Tensor dq = ctx.empty(p.q_shape(), DType::F64), dk = ctx.empty(p.kv_shape(), DType::F64),
+           dv = ctx.empty(p.kv_shape(), DType::F64);
+    ops::attention_backward(ctx, dq, dk, dv, grad_out[0], in[0], in[1], in[2], out, stats, p.options());
+    return std::vector<Tensor>{dq, dk, dv};
+  };
+  c.max_rel_error = 1e-5;
+  return c;
+}
+std::vector<GradCase> grad_cases() {
+  return {grad_case({1, 5, 2, 2, 3, DType::F64}), grad_case({2, 4, 4, 2, 4, DType::F64}),
+          grad_case({1, 6, 3, 1, 2, DType::F64, false, 0.7f}), grad_case({1, 1, 2, 1, 4, DType::F64}),
+          grad_case({1, 7, 4, 1, 3, DType::F64, true, 1.3f})};
+}
+MEGATRON_GRAD_CASES(Attention, grad_cases);
+
+// ---- CPU checks against independent formulas ----
+Tensor random_cpu(const Shape& shape, DType dt, const std::string& seed) {
+  Tensor t = cpu_context().empty(shape, dt);
+  fill_random(t, seed_from(seed));
+  return t;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = a.size() == b.size() ? 0.0 : INFINITY;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+// Grouped-query attention equals multi-head attention with each K/V head repeated over its group; the
+// grouped dK/dV are the sums of the repeated heads' gradients.
+TEST(AttentionReference, GqaEqualsMhaWithRepeatedKvHeads) {
+  Context& ctx = cpu_context();
+  for (bool causal : {true, false}) {
+    const int64_t B = 2, S = 9, H = 6, G = 2, D = 5, group = H / G;
+    const DType dt = DType::F64;
+    Tensor q = random_cpu({B, S, H, D}, dt, "gqa_q"), k = random_cpu({B, S, G, D}, dt, "gqa_k"),
+           v = random_cpu({B, S, G, D}, dt, "gqa_v"), dout = random_cpu({B, S, H, D}, dt, "gqa_do");
+    Tensor k_rep = ctx.empty({B, S, H, D}, dt), v_rep = ctx.empty({B, S, H, D}, dt);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t d = 0; d < D; ++d) {
+            k_rep.data<double>()[((b * S + s) * H + h) * D + d] = k.data<double>()[((b * S + s) * G + h / group) * D + d];
+            v_rep.data<double>()[((b * S + s) * H + h) * D + d] = v.data<double>()[((b * S + s) * G + h / group) * D + d];
+          }
+    AttentionOptions options{causal};
+    Tensor o_g = ctx.empty({B, S, H, D}, dt), st_g = ctx.empty({B, H, S, 1}, DType::F32);
+    Tensor o_m = ctx.empty({B, S, H, D}, dt), st_m = ctx.empty({B, H, S, 1}, DType::F32);
+    ops::attention_forward(ctx, o_g, st_g, q, k, v, options);
+    ops::attention_forward(ctx, o_m, st_m, q, k_rep, v_rep, options);
+    EXPECT_LT(max_abs_diff(to_doubles(ctx, o_g), to_doubles(ctx, o_m)), 1e-12);
+    EXPECT_LT(max_abs_diff(to_doubles(ctx, st_g), to_doubles(ctx, st_m)), 1e-6);
+
+    Tensor dq_g = ctx.empty({B, S, H, D}, dt), dk_g = ctx.empty({B, S, G, D}, dt), dv_g = ctx.empty({B, S, G, D}, dt);
+    Tensor dq_m = ctx.empty({B, S, H, D}, dt), dk_m = ctx.empty({B, S, H, D}, dt), dv_m = ctx.empty({B, S, H, D}, dt);
+    ops::attention_backward(ctx, dq_g, dk_g, dv_g, dout, q, k, v, o_g, st_g, options);
+    ops::attention_backward(ctx, dq_m, dk_m, dv_m, dout, q, k_rep, v_rep, o_m, st_m, options);
+    EXPECT_LT(max_abs_diff(to_doubles(ctx, dq_g), to_doubles(ctx, dq_m)), 1e-12);
+    std::vector<double> dk_sum(size_t(B * S * G * D), 0.0), dv_sum(dk_sum.size(), 0.0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t d = 0; d < D; ++d) {
+            dk_sum[size_t(((b * S + s) * G + h / group) * D + d)] += dk_m.data<double>()[((b * S + s) * H + h) * D + d];
+            dv_sum[size_t(((b * S + s) * G + h / group) * D + d)] += dv_m.data<double>()[((b * S + s) * H + h) * D + d];
+          }
+    EXPECT_LT(max_abs_diff(to_doubles(ctx, dk_g), dk_sum), 1e-12);
+    EXPECT_LT(max_abs_diff(to_doubles(ctx, dv_g), dv_sum), 1e-12);
+  }
+}
+
+// Causal row 0 sees only key 0: out = v[0], stats = scale q0.k0. Keys all equal: uniform weights, so
+// out = mean of the visible values and stats = scale q.k + log(#visible).
+TEST(AttentionReference, MatchesClosedFormsOnSpecialInputs) {
+  Context& ctx = cpu_context();
+  const int64_t B = 1, S = 6, H = 2, G = 1, D = 4;
+  const float scale = 0.5f;
+  Tensor q = random_cpu({B, S, H, D}, DType::F64, "cf_q"), v = random_cpu({B, S, G, D}, DType::F64, "cf_v");
+  Tensor k = random_cpu({B, S, G, D}, DType::F64, "cf_k");
+  for (int64_t s = 1; s < S; ++s)
+    for (int64_t d = 0; d < D; ++d) k.data<double>()[s * D + d] = k.data<double>()[d];  // every key = key 0
+  for (bool causal : {true, false}) {
+    Tensor out = ctx.empty({B, S, H, D}, DType::F64), stats = ctx.empty({B, H, S, 1}, DType::F32);
+    ops::attention_forward(ctx, out, stats, q, k, v, {causal, scale});
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t visible = causal ? i + 1 : S;
+        double qk = 0;
+        for (int64_t d = 0; d < D; ++d) qk += q.data<double>()[(i * H + h) * D + d] * k.data<double>()[d];
+        EXPECT_NEAR(stats.data<float>()[h * S + i], scale * qk + std::log(double(visible)), 1e-5);
+        for (int64_t d = 0; d < D; ++d) {
+          double mean = 0;
+          for (int64_t j = 0; j < visible; ++j) mean += v.data<double>()[j * D + d];
+          EXPECT_NEAR(out.data<double>()[(i * H + h) * D + d], mean / double(visible), 1e-12);
+        }
+      }
+  }
+}
+
+// With the causal mask, changing keys/values after position i leaves rows <= i unchanged; without it,
+// every row changes.
+TEST(AttentionReference, CausalRowsIgnoreFutureKeys) {
+  Context& ctx = cpu_context();
+  const int64_t B = 1, S = 8, H = 2, G = 2, D = 3, cut = 4;
+  Tensor q = random_cpu({B, S, H, D}, DType::F64, "fut_q"), k = random_cpu({B, S, G, D}, DType::F64, "fut_k"),
+         v = random_cpu({B, S, G, D}, DType::F64, "fut_v");
+  Tensor k2 = random_cpu({B, S, G, D}, DType::F64, "fut_k2"), v2 = random_cpu({B, S, G, D}, DType::F64, "fut_v2");
+  std::memcpy(k2.data<double>(), k.data<double>(), size_t(cut * G * D) * sizeof(double));  // same keys before cut
+  std::memcpy(v2.data<double>(), v.data<double>(), size_t(cut * G * D) * sizeof(double));
+  for (bool causal : {true, false}) {
+    Tensor o1 = ctx.empty({B, S, H, D}, DType::F64), o2 = ctx.empty({B, S, H, D}, DType::F64);
+    Tensor s1 = ctx.empty({B, H, S, 1}, DType::F32), s2 = ctx.empty({B, H, S, 1}, DType::F32);
+    ops::attention_forward(ctx, o1, s1, q, k, v, {causal});
+    ops::attention_forward(ctx, o2, s2, q, k2, v2, {causal});
+    for (int64_t i = 0; i < S; ++i) {
+      double diff = 0;
+      for (int64_t c = 0; c < H * D; ++c) diff = std::max(diff, std::abs(o1.data<double>()[i * H * D + c] - o2.data<double>()[i * H * D + c]));
+      if (causal && i < cut) EXPECT_EQ(diff, 0.0) << "row " << i;
+      else EXPECT_GT(diff, 1e-6) << "row " << i << (causal ? " causal" : " full");
+    }
+  }
+}
+
+// ---- bad inputs ----
+template <class Fn>
+void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected megatron::Error";
+  } catch (const Error& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+TEST(AttentionBadInput, ShapesAndDtypes) {
+  Context& ctx = cpu_context();
+  auto T = [&](Shape s, DType dt = DType::F32) { return ctx.empty(s, dt); };
+  Tensor q = T({2, 5, 4, 8}), k = T({2, 5, 2, 8}), v = T({2, 5, 2, 8}), out = T({2, 5, 4, 8}),
+         stats = T({2, 4, 5, 1});
+  // H not a multiple of G
+  expect_error([&] { ops::attention_forward(ctx, out, stats, q, T({2, 5, 3, 8}), T({2, 5, 3, 8})); },
+               {"attention_forward", "[2, 5, 4, 8]", "[2, 5, 3, 8]"});
+  // k with another sequence length or head dim
+  expect_error([&] { ops::attention_forward(ctx, out, stats, q, T({2, 6, 2, 8}), v); }, {"attention_forward", "k", "[2, 6, 2, 8]"});
+  expect_error([&] { ops::attention_forward(ctx, out, stats, q, k, T({2, 5, 2, 4})); }, {"attention_forward", "v", "[2, 5, 2, 4]"});
+  // stats shape and dtype
+  expect_error([&] { ops::attention_forward(ctx, out, T({2, 5, 4, 1}), q, k, v); }, {"attention_forward", "stats", "[2, 4, 5, 1]"});
+  expect_error([&] { ops::attention_forward(ctx, out, T({2, 4, 5, 1}, DType::BF16), q, k, v); }, {"attention_forward", "stats", "f32"});
+  // mixed dtypes, integer dtype, rank
+  expect_error([&] { ops::attention_forward(ctx, T({2, 5, 4, 8}, DType::BF16), stats, q, k, v); }, {"attention_forward", "out", "bf16"});
+  expect_error([&] { ops::attention_forward(ctx, T({2, 5, 4, 8}, DType::I32), stats, T({2, 5, 4, 8}, DType::I32), T({2, 5, 2, 8}, DType::I32), T({2, 5, 2, 8}, DType::I32)); },
+               {"attention_forward", "i32"});
+  expect_error([&] { ops::attention_forward(ctx, out, stats, T({10, 4, 8}), k, v); }, {"attention_forward", "rank"});
+  expect_error([&] { ops::attention_forward(ctx, out, stats, q, k, v, {true, NAN}); }, {"attention_forward", "scale"});
+  // backward: gradient shapes
+  Tensor dq = T({2, 5, 4, 8}), dk = T({2, 5, 2, 8}), dv = T({2, 5, 2, 8}), dout = T({2, 5, 4, 8});
+  expect_error([&] { ops::attention_backward(ctx, dq, T({2, 5, 4, 8}), dv, dout, q, k, v, out, stats); },
+               {"attention_backward", "dk", "[2, 5, 4, 8]"});
+  expect_error([&] { ops::attention_backward(ctx, dq, dk, dv, T({2, 5, 4, 7}), q, k, v, out, stats); },
+               {"attention_backward", "dout", "[2, 5, 4, 7]"});
+  expect_error([&] { ops::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, T({2, 4, 5, 1}, DType::F64)); },
+               {"attention_backward", "stats"});
+  Tensor undefined;
+  expect_error([&] { ops::attention_backward(ctx, undefined, dk, dv, dout, q, k, v, out, stats); }, {"attention_backward", "dq", "undefined"});
+}
+
+// ---- GPU-only checks ----
+TEST(AttentionGpuBadInput, CudaRejectsF32AndOddHeadDims) {
+  MEGATRON_REQUIRE_GPU();
+  Context& ctx = cuda_context();
+  auto T = [&](Shape s, DType dt) { return ctx.empty(s, dt); };
+  expect_error([&] { ops::attention_forward(ctx, T({1, 4, 2, 64}, DType::F32), T({1, 2, 4, 1}, DType::F32), T({1, 4, 2, 64}, DType::F32), T({1, 4, 2, 64}, DType::F32), T({1, 4, 2, 64}, DType::F32)); },
+               {"attention_forward", "f32", "bf16"});
+  expect_error([&] { ops::attention_forward(ctx, T({1, 4, 2, 60}, DType::BF16), T({1, 2, 4, 1}, DType::F32), T({1, 4, 2, 60}, DType::BF16), T({1, 4, 2, 60}, DType::BF16), T({1, 4, 2, 60}, DType::BF16)); },
+               {"attention_forward", "D=60"});
+  expect_error([&] { ops::attention_forward(ctx, T({1, 4, 2, 264}, DType::F16), T({1, 2, 4, 1}, DType::F32), T({1, 4, 2, 264}, DType::F16), T({1, 4, 2, 264}, DType::F16), T({1, 4, 2, 264}, DType::F16)); },
+               {"attention_forward", "D=264"});
+}
+
+// The deterministic backward gives the same bits twice (and the default one the same values within
+// tolerance of it).
+TEST(AttentionGpuDeterminism, DeterministicBackwardIsBitIdentical) {
+  MEGATRON_REQUIRE_GPU();
+  Context& ctx = cuda_context();
+  const Problem p{2, 512, 8, 2, 128, DType::BF16};
+  auto rand = [&](const Shape& s, const char* seed) {
+    Tensor host = random_cpu(s, p.dtype, seed);
+    return to_device(ctx, host, ctx.device(), cpu_context().allocator());
+  };
+  Tensor q = rand(p.q_shape(), "det_q"), k = rand(p.kv_shape(), "det_k"), v = rand(p.kv_shape(), "det_v"),
+         dout = rand(p.q_shape(), "det_do");
+  Tensor out = ctx.empty(p.q_shape(), p.dtype), stats = ctx.empty(p.stats_shape(), DType::F32);
+  ops::attention_forward(ctx, out, stats, q, k, v, p.options());
+  std::vector<std::vector<double>> runs[2];
+  for (int r = 0; r < 2; ++r) {
+    Tensor dq = ctx.empty(p.q_shape(), p.dtype), dk = ctx.empty(p.kv_shape(), p.dtype), dv = ctx.empty(p.kv_shape(), p.dtype);
+    poison(ctx, dq);
+    poison(ctx, dk);
+    poison(ctx, dv);
+    ops::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, p.options(/*deterministic=*/true));
+    for (const Tensor& t : {dq, dk, dv}) runs[r].push_back(to_doubles(ctx, t));
+  }
+  for (size_t t = 0; t < 3; ++t) {
+    ASSERT_EQ(runs[0][t].size(), runs[1][t].size());
+    size_t nan_count = 0, mismatches = 0;
+    for (size_t i = 0; i < runs[0][t].size(); ++i) {
+      nan_count += std::isnan(runs[0][t][i]);
+      mismatches += std::memcmp(&runs[0][t][i], &runs[1][t][i], sizeof(double)) != 0;
+    }
+    EXPECT_EQ(nan_count, 0u) << "gradient " << t;
+    EXPECT_EQ(mismatches, 0u) << "gradient " << t << " differs between two deterministic runs";
+  }
+  // The non-deterministic algorithm computes the same gradients up to summation order.
+  Tensor dq = ctx.empty(p.q_shape(), p.dtype), dk = ctx.empty(p.kv_shape(), p.dtype), dv = ctx.empty(p.kv_shape(), p.dtype);
+  ops::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, p.options(false));
+  const Tensor grads[3] = {dq, dk, dv};
+  for (size_t t = 0; t < 3; ++t) EXPECT_LE(nmse(to_doubles(ctx, grads[t]), runs[0][t]), 1e-4) << "gradient " << t;
+}
+
+}  // namespace
+}  // namespace megatron
