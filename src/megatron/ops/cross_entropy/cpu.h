@@ -1,0 +1,15 @@
+// CPU reference kernels of the cross_entropy family (plain loops, double accumulation). Arguments are
+// validated by the caller (cross_entropy.cpp) except target values, which are checked here.
+#pragma once
+
+#include "megatron/tensor/tensor.h"
+
+namespace megatron::ops::cpu {
+
+void cross_entropy_forward(const Tensor& losses, const Tensor& lse, const Tensor& logits, const Tensor& targets);
+void cross_entropy_backward(const Tensor& dlogits, const Tensor& dlosses, const Tensor& logits,
+                            const Tensor& targets, const Tensor& lse);
+void masked_mean_loss(const Tensor& out, const Tensor& losses, const Tensor& loss_mask);
+void masked_mean_loss_grad(const Tensor& dlosses, const Tensor& loss_mask, double denominator);
+
+}  // namespace megatron::ops::cpu

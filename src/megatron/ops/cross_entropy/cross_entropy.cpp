@@ -1,0 +1,109 @@
+#include "megatron/ops/cross_entropy/cross_entropy.h"
+
+#include "megatron/ops/cross_entropy/cpu.h"
+#include "megatron/tensor/op_checks.h"
+
+#if MEGATRON_WITH_CUDA
+#include "megatron/ops/cross_entropy/cuda.h"
+#endif
+
+namespace megatron::ops {
+namespace {
+
+// F32 everywhere; F64 only on the CPU and only together with F64 logits (finite-difference tests).
+void check_stat_dtype(OpCheck& check, const Context& ctx, const char* name, const Tensor& t, DType logits_dtype) {
+  if (!ctx.is_cuda() && logits_dtype == DType::F64) check.dtype_in(name, t, {DType::F32, DType::F64});
+  else check.dtype(name, t, DType::F32);
+}
+
+void check_logits(OpCheck& check, const Context& ctx, const Tensor& logits, const Tensor& targets) {
+  if (ctx.is_cuda()) check.dtype_in("logits", logits, {DType::F32, DType::BF16, DType::F16});
+  else check.dtype_in("logits", logits, {DType::F32, DType::BF16, DType::F16, DType::F64});
+  check.rank("logits", logits, 2)
+      .that(logits.dim(1) >= 1, "logits ", logits.describe(), " has an empty vocabulary dimension")
+      .dtype_in("targets", targets, {DType::I32, DType::I64})
+      .shape("targets", targets, Shape{logits.dim(0)});
+}
+
+void check_mask(OpCheck& check, const Context& ctx, const Tensor& loss_mask, int64_t tokens) {
+  if (!loss_mask.defined()) return;
+  check.device(ctx, {{"loss_mask", loss_mask}}).dtype("loss_mask", loss_mask, DType::F32).shape("loss_mask", loss_mask, Shape{tokens});
+}
+
+}  // namespace
+
+void cross_entropy_forward(Context& ctx, const Tensor& losses, const Tensor& lse, const Tensor& logits,
+                           const Tensor& targets) {
+  OpCheck check("cross_entropy_forward");
+  check.device(ctx, {{"losses", losses}, {"lse", lse}, {"logits", logits}, {"targets", targets}});
+  check_logits(check, ctx, logits, targets);
+  check_stat_dtype(check, ctx, "losses", losses, logits.dtype());
+  check_stat_dtype(check, ctx, "lse", lse, logits.dtype());
+  check.shape("losses", losses, Shape{logits.dim(0)}).shape("lse", lse, Shape{logits.dim(0)});
+  if (logits.numel() == 0) return;
+  if (ctx.is_cuda()) {
+#if MEGATRON_WITH_CUDA
+    cuda::cross_entropy_forward(ctx, losses, lse, logits, targets);
+#endif
+  } else {
+    cpu::cross_entropy_forward(losses, lse, logits, targets);
+  }
+}
+
+void cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& dlosses, const Tensor& logits,
+                            const Tensor& targets, const Tensor& lse) {
+  OpCheck check("cross_entropy_backward");
+  check.device(ctx, {{"dlogits", dlogits}, {"dlosses", dlosses}, {"logits", logits}, {"targets", targets}, {"lse", lse}});
+  check_logits(check, ctx, logits, targets);
+  check.dtype("dlogits", dlogits, logits.dtype()).shape("dlogits", dlogits, logits.shape());
+  check_stat_dtype(check, ctx, "dlosses", dlosses, logits.dtype());
+  check_stat_dtype(check, ctx, "lse", lse, logits.dtype());
+  check.shape("dlosses", dlosses, Shape{logits.dim(0)}).shape("lse", lse, Shape{logits.dim(0)});
+  // In place is supported only as an exact alias: a partial overlap would read already-written gradients.
+  check.that(dlogits.storage() != logits.storage() || dlogits.data_ptr() == logits.data_ptr(), "dlogits ",
+             dlogits.describe(), " overlaps logits ", logits.describe(),
+             " without being the same tensor (only exact in-place aliasing is supported)");
+  if (logits.numel() == 0) return;
+  if (ctx.is_cuda()) {
+#if MEGATRON_WITH_CUDA
+    cuda::cross_entropy_backward(ctx, dlogits, dlosses, logits, targets, lse);
+#endif
+  } else {
+    cpu::cross_entropy_backward(dlogits, dlosses, logits, targets, lse);
+  }
+}
+
+void masked_mean_loss(Context& ctx, const Tensor& out, const Tensor& losses, const Tensor& loss_mask) {
+  OpCheck check("masked_mean_loss");
+  check.device(ctx, {{"out", out}, {"losses", losses}}).rank("losses", losses, 1).shape("out", out, Shape{1});
+  if (ctx.is_cuda()) check.dtype("losses", losses, DType::F32);
+  else check.dtype_in("losses", losses, {DType::F32, DType::F64});
+  check.dtype("out", out, losses.dtype());
+  check_mask(check, ctx, loss_mask, losses.dim(0));
+  if (ctx.is_cuda()) {
+#if MEGATRON_WITH_CUDA
+    cuda::masked_mean_loss(ctx, out, losses, loss_mask);
+#endif
+  } else {
+    cpu::masked_mean_loss(out, losses, loss_mask);
+  }
+}
+
+void masked_mean_loss_grad(Context& ctx, const Tensor& dlosses, const Tensor& loss_mask, double denominator) {
+  OpCheck check("masked_mean_loss_grad");
+  check.device(ctx, {{"dlosses", dlosses}}).rank("dlosses", dlosses, 1);
+  if (ctx.is_cuda()) check.dtype("dlosses", dlosses, DType::F32);
+  else check.dtype_in("dlosses", dlosses, {DType::F32, DType::F64});
+  check_mask(check, ctx, loss_mask, dlosses.dim(0));
+  check.that(denominator != 0, "denominator is 0 (dlosses ", dlosses.describe(), ")");
+  if (dlosses.numel() == 0) return;
+  if (ctx.is_cuda()) {
+#if MEGATRON_WITH_CUDA
+    cuda::masked_mean_loss_grad(ctx, dlosses, loss_mask, denominator);
+#endif
+  } else {
+    cpu::masked_mean_loss_grad(dlosses, loss_mask, denominator);
+  }
+}
+
+}  // namespace megatron::ops

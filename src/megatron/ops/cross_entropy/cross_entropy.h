@@ -1,0 +1,47 @@
+// Softmax cross-entropy over the vocabulary, fused (no [T, V] softmax is ever materialised), and the
+// masked mean that turns per-token losses into the training loss.
+//
+// Shapes and dtypes (T tokens, V vocabulary entries; V may be any size >= 1, e.g. 50257 or 7):
+//   logits   [T, V]  F32, BF16, F16 (CUDA and CPU) or F64 (CPU only)
+//   targets  [T]     I32 or I64, each in [0, V)
+//   losses   [T]     F32 (F64 allowed on the CPU when logits are F64)
+//   lse      [T]     F32 (same rule): log-sum-exp of each row, saved by the forward for the backward
+//   dlosses  [T]     F32 (same rule)
+//   dlogits  [T, V]  same dtype as logits; may be the logits tensor itself (in place)
+//   loss_mask [T]    F32 (0/1 or any weights), or an undefined Tensor meaning all ones
+//
+// cross_entropy_forward assigns  lse[t] = log(sum_v exp(logits[t, v]))  and
+//                                losses[t] = lse[t] - logits[t, targets[t]].
+// cross_entropy_backward assigns dlogits[t, v] = dlosses[t] * (exp(logits[t, v] - lse[t]) - [v == targets[t]]).
+// Both compute in fp32 (CUDA; the forward makes one pass over each row with an online max / sum-exp) or in
+// double (CPU reference); only the results are rounded to the output dtype.
+//
+// Targets out of range: there is no ignore index (Megatron masks tokens with loss_mask instead; -100 is not
+// special). The CPU validates every target and throws naming the row and the value. The CUDA kernels do not
+// read outside the row either: a row with an out-of-range target gets a NaN loss (forward) and a NaN
+// gradient row (backward), so the mistake shows up in the loss instead of as a silent wrong value.
+//
+// The mean masked loss, as Megatron computes it:
+//   masked_mean_loss:      out[0] = sum_t losses[t] * mask[t] / sum_t mask[t]   (0 when sum_t mask[t] == 0),
+//                          summed in double in a fixed order (deterministic run to run, CPU and CUDA).
+//   masked_mean_loss_grad: dlosses[t] = mask[t] / denominator   (the gradient of the mean above when
+//                          denominator = sum_t mask[t]; pass the global token count under data parallelism).
+#pragma once
+
+#include "megatron/runtime/context.h"
+
+namespace megatron::ops {
+
+void cross_entropy_forward(Context& ctx, const Tensor& losses, const Tensor& lse, const Tensor& logits,
+                           const Tensor& targets);
+
+void cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& dlosses, const Tensor& logits,
+                            const Tensor& targets, const Tensor& lse);
+
+// out: F32 [1] (F64 [1] allowed on the CPU with F64 losses). loss_mask may be undefined (all ones).
+void masked_mean_loss(Context& ctx, const Tensor& out, const Tensor& losses, const Tensor& loss_mask);
+
+// dlosses: F32 [T] (F64 allowed on the CPU). loss_mask may be undefined (all ones). denominator != 0.
+void masked_mean_loss_grad(Context& ctx, const Tensor& dlosses, const Tensor& loss_mask, double denominator);
+
+}  // namespace megatron::ops

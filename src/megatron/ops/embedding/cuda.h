@@ -1,0 +1,11 @@
+// CUDA kernels of the embedding family (launched on ctx.stream()); arguments validated by embedding.cpp.
+#pragma once
+
+#include "megatron/runtime/context.h"
+
+namespace megatron::ops::cuda {
+
+void embedding_forward(Context& ctx, const Tensor& out, const Tensor& weight, const Tensor& ids);
+void embedding_backward(Context& ctx, const Tensor& dweight, const Tensor& dout, const Tensor& ids, bool accumulate);
+
+}  // namespace megatron::ops::cuda

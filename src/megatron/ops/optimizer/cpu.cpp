@@ -1,0 +1,96 @@
+#include "megatron/ops/optimizer/cpu.h"
+
+#include <cmath>
+#include <type_traits>
+
+namespace megatron::ops::cpu {
+namespace {
+
+// Calls fn.template operator()<TO>() with model_param's storage type, or with void when it is undefined.
+template <class Fn>
+void visit_optional(const Tensor& t, const char* op, Fn&& fn) {
+  if (!t.defined()) return fn.template operator()<void>();
+  visit_float_dtype(t.dtype(), op, [&]<class T>() { fn.template operator()<T>(); });
+}
+
+}  // namespace
+
+void adamw_step(const std::vector<AdamParamGroupTensors>& tensors, const AdamWConfig& config) {
+  const double lr = config.lr, beta1 = config.beta1, beta2 = config.beta2, eps = config.eps;
+  const double grad_scale = config.grad_scale;
+  const double bias1 = 1 - std::pow(beta1, double(config.step));
+  const double bias2 = 1 - std::pow(beta2, double(config.step));
+  for (const AdamParamGroupTensors& e : tensors) {
+    const double wd = e.weight_decay.value_or(config.weight_decay);
+    const int64_t n = e.param.numel();
+    visit_float_dtype(e.param.dtype(), "adamw_step", [&]<class TP>() {
+      visit_float_dtype(e.grad.dtype(), "adamw_step", [&]<class TG>() {
+        visit_optional(e.model_param, "adamw_step", [&]<class TO>() {
+          TP* p = static_cast<TP*>(e.param.data_ptr());
+          TP* m = static_cast<TP*>(e.exp_avg.data_ptr());
+          TP* v = static_cast<TP*>(e.exp_avg_sq.data_ptr());
+          const TG* g = static_cast<const TG*>(e.grad.data_ptr());
+          for (int64_t i = 0; i < n; ++i) {
+            double gi = to_double(g[i]) * grad_scale;
+            double pi = to_double(p[i]);
+            pi -= lr * wd * pi;
+            double mi = beta1 * to_double(m[i]) + (1 - beta1) * gi;
+            double vi = beta2 * to_double(v[i]) + (1 - beta2) * gi * gi;
+            pi -= lr * (mi / bias1) / (std::sqrt(vi / bias2) + eps);
+            p[i] = from_double<TP>(pi);
+            m[i] = from_double<TP>(mi);
+            v[i] = from_double<TP>(vi);
+            if constexpr (!std::is_void_v<TO>)
+              static_cast<TO*>(e.model_param.data_ptr())[i] = from_double<TO>(to_double(p[i]));
+          }
+        });
+      });
+    });
+  }
+}
+
+void multi_tensor_l2_norm(const Tensor& out, const Tensor& per_tensor_out, const std::vector<Tensor>& tensors) {
+  double total = 0;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    double sum = 0;
+    visit_float_dtype(tensors[k].dtype(), "multi_tensor_l2_norm", [&]<class T>() {
+      const T* x = static_cast<const T*>(tensors[k].data_ptr());
+      for (int64_t i = 0; i < tensors[k].numel(); ++i) sum += to_double(x[i]) * to_double(x[i]);
+    });
+    total += sum;
+    if (per_tensor_out.defined())
+      visit_float_dtype(per_tensor_out.dtype(), "multi_tensor_l2_norm",
+                        [&]<class T>() { static_cast<T*>(per_tensor_out.data_ptr())[k] = from_double<T>(std::sqrt(sum)); });
+  }
+  visit_float_dtype(out.dtype(), "multi_tensor_l2_norm",
+                    [&]<class T>() { static_cast<T*>(out.data_ptr())[0] = from_double<T>(std::sqrt(total)); });
+}
+
+void multi_tensor_scale(const std::vector<Tensor>& outs, const Tensor& found_inf, const std::vector<Tensor>& ins,
+                        float scale) {
+  bool bad = false;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    visit_float_dtype(ins[k].dtype(), "multi_tensor_scale", [&]<class TI>() {
+      visit_float_dtype(outs[k].dtype(), "multi_tensor_scale", [&]<class TO>() {
+        const TI* x = static_cast<const TI*>(ins[k].data_ptr());
+        TO* y = static_cast<TO*>(outs[k].data_ptr());
+        for (int64_t i = 0; i < ins[k].numel(); ++i) {
+          TO r;
+          if constexpr (std::is_same_v<TI, double> || std::is_same_v<TO, double>) {
+            r = from_double<TO>(to_double(x[i]) * double(scale));
+          } else {
+            r = from_float<TO>(to_float(x[i]) * scale);  // the fp32 product, as on the GPU
+          }
+          bad |= !std::isfinite(to_double(r));
+          y[i] = r;
+        }
+      });
+    });
+  }
+  if (bad && found_inf.defined()) {
+    if (found_inf.dtype() == DType::F32) found_inf.data<float>()[0] = 1.f;
+    else found_inf.data<int32_t>()[0] = 1;
+  }
+}
+
+}  // namespace megatron::ops::cpu
