@@ -1,0 +1,505 @@
+// CUDA LayerNorm / RMSNorm.
+//
+// Layout: a "row group" of blockDim.x threads (a multiple of 32) handles one row; blockDim.y row groups
+// share a block when one warp per row suffices (small H). Each thread owns the vectors j = threadIdx.x +
+// k * blockDim.x (k < ITERS) of VEC elements; VEC = 16 bytes of the activation dtype when H and every pointer
+// allow it, else 1. With ITERS > 0 the row lives in registers between passes (x is read once); ITERS == 0
+// is the fallback for very wide rows, which re-reads the row (from L2) in each pass.
+// Statistics: warp shuffles, then one shared-memory step across the warps of a row; fp32 throughout.
+// Backward: a persistent grid; each row slot (block, threadIdx.y) accumulates dweight/dbias partials for the
+// columns its threads own over the rows it visits, writes them to an F32 scratch [slots, H], and a second
+// kernel sums the scratch over slots in a fixed order (deterministic, no atomics).
+#include "megatron/ops/norm/cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "megatron/core/cuda_check.h"
+#include "megatron/runtime/cuda_libraries.h"
+
+namespace megatron::ops::cuda {
+namespace {
+
+template <class S> struct Native { using type = S; };
+template <> struct Native<bf16_t> { using type = __nv_bfloat16; };
+template <> struct Native<fp16_t> { using type = __half; };
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+template <class T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half(v); }
+
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <int N, class T>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[N]) {
+  Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(p);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = to_f(v.v[i]);
+}
+template <int N, class T>
+__device__ __forceinline__ void store_vec(T* p, const float (&in)[N]) {
+  Vec<T, N> v;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v.v[i] = from_f<T>(in[i]);
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the row group (blockDim.x threads). With blockDim.x > 32 the block holds one row (blockDim.y == 1),
+// so the __syncthreads are uniform. `smem` holds 32 float2.
+__device__ __forceinline__ float2 row_sum2(float a, float b, float2* smem) {
+  a = warp_sum(a);
+  b = warp_sum(b);
+  if (blockDim.x == 32) return make_float2(a, b);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  __syncthreads();  // the previous reduction's readers are done with smem
+  if (lane == 0) smem[warp] = make_float2(a, b);
+  __syncthreads();
+  float2 v = lane < nwarps ? smem[lane] : make_float2(0.f, 0.f);
+  return make_float2(warp_sum(v.x), warp_sum(v.y));
+}
+
+struct FwdParams {
+  void* y;
+  void* residual_out;  // null: no fused residual
+  float* mean;         // null for RMSNorm
+  float* rstd;
+  const void* x;
+  const void* residual;
+  const void* weight;
+  const void* bias;  // may be null
+  int64_t rows;
+  int h;
+  float eps;
+  bool rms;
+};
+
+template <class T, class W, int VEC, int ITERS>
+__global__ void __launch_bounds__(512) norm_fwd_kernel(FwdParams p) {
+  __shared__ float2 smem[32];
+  const int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  if (row >= p.rows) return;  // uniform per row group (see row_sum2)
+  const int h = p.h, nvec = h / VEC;
+  const int64_t base = row * h;
+  const T* x = static_cast<const T*>(p.x) + base;
+  const T* res = p.residual ? static_cast<const T*>(p.residual) + base : nullptr;
+  T* res_out = p.residual_out ? static_cast<T*>(p.residual_out) + base : nullptr;
+  T* y = static_cast<T*>(p.y) + base;
+  const W* w = static_cast<const W*>(p.weight);
+  const W* b = static_cast<const W*>(p.bias);
+
+  // First touch of vector j: x (+ residual, rounded to T and written out).
+  auto first_load = [&](int j, float (&v)[VEC]) {
+    load_vec<VEC>(x + j * VEC, v);
+    if (res != nullptr) {
+      float r[VEC];
+      load_vec<VEC>(res + j * VEC, r);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) v[i] = to_f(from_f<T>(v[i] + r[i]));
+      store_vec<VEC>(res_out + j * VEC, v);
+    }
+  };
+  // Later passes of the uncached path read back what this same thread wrote (program order suffices).
+  auto reload = [&](int j, float (&v)[VEC]) { load_vec<VEC>((res_out != nullptr ? res_out : x) + j * VEC, v); };
+  auto write_y = [&](int j, const float (&v)[VEC], float mu, float rs) {
+    float wv[VEC], bv[VEC], out[VEC];
+    load_vec<VEC>(w + j * VEC, wv);
+    if (b != nullptr) load_vec<VEC>(b + j * VEC, bv);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = (v[i] - mu) * rs * wv[i] + (b != nullptr ? bv[i] : 0.f);
+    store_vec<VEC>(y + j * VEC, out);
+  };
+
+  float mu = 0.f, rs;
+  if constexpr (ITERS > 0) {
+    float v[ITERS][VEC];
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < ITERS; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < nvec) {
+        first_load(j, v[k]);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) sum += v[k][i];
+      }
+    }
+    if (!p.rms) mu = row_sum2(sum, 0.f, smem).x / float(h);
+    float sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < ITERS; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < nvec) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) sq += (v[k][i] - mu) * (v[k][i] - mu);
+      }
+    }
+    rs = rsqrtf(row_sum2(sq, 0.f, smem).x / float(h) + p.eps);
+#pragma unroll
+    for (int k = 0; k < ITERS; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < nvec) write_y(j, v[k], mu, rs);
+    }
+  } else {
+    float v[VEC];
+    float sum = 0.f;
+    for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+      first_load(j, v);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) sum += v[i];
+    }
+    if (!p.rms) mu = row_sum2(sum, 0.f, smem).x / float(h);
+    float sq = 0.f;
+    for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+      reload(j, v);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) sq += (v[i] - mu) * (v[i] - mu);
+    }
+    rs = rsqrtf(row_sum2(sq, 0.f, smem).x / float(h) + p.eps);
+    for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+      reload(j, v);
+      write_y(j, v, mu, rs);
+    }
+  }
+  if (threadIdx.x == 0) {
+    p.rstd[row] = rs;
+    if (p.mean != nullptr) p.mean[row] = mu;
+  }
+}
+
+struct BwdParams {
+  void* dx;
+  float* dw_part;  // [slots, h]
+  float* db_part;  // [slots, h]; null unless kBias
+  const void* dy;
+  const void* x;
+  const void* weight;
+  const float* mean;  // null for RMSNorm
+  const float* rstd;
+  const void* dresidual;  // may be null
+  int64_t rows;
+  int h;
+};
+
+// Small per-thread caches are held to 64 registers so that two 512-thread blocks fit on an SM.
+template <class T, class W, int VEC, int ITERS, bool kBias>
+__global__ void __launch_bounds__(512, (ITERS > 0 && ITERS * VEC <= 8) ? 2 : 1) norm_bwd_kernel(BwdParams p) {
+  __shared__ float2 smem[32];
+  const int h = p.h, nvec = h / VEC;
+  const int64_t slot = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t num_slots = int64_t(gridDim.x) * blockDim.y;
+  const W* w = static_cast<const W*>(p.weight);
+  float* dw_part = p.dw_part + slot * h;
+  float* db_part = kBias ? p.db_part + slot * h : nullptr;
+  const float inv_h = 1.f / float(h);
+
+  if constexpr (ITERS > 0) {
+    // Between the passes x stays in registers in its storage type (half the registers of fp32 for bf16/f16;
+    // xhat is recomputed) and g = dy * w in fp32.
+    Vec<T, VEC> xr[ITERS], dyr[ITERS];
+    float g[ITERS][VEC];
+    // dweight/dbias partials of this thread's columns live in dynamic shared memory (registers would cap
+    // occupancy), laid out thread-fastest, [k][i][threadIdx.x], so a warp's accesses are conflict-free.
+    // Each entry belongs to one thread: no synchronisation needed.
+    extern __shared__ float acc_smem[];
+    const int acc_size = ITERS * VEC * blockDim.x;
+    float* acc_w = acc_smem + threadIdx.y * acc_size * (kBias ? 2 : 1);
+    float* acc_b = acc_w + acc_size;
+    auto acc_at = [&](int k, int i) { return (k * VEC + i) * int(blockDim.x) + int(threadIdx.x); };
+#pragma unroll
+    for (int k = 0; k < ITERS; ++k)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        acc_w[acc_at(k, i)] = 0.f;
+        if constexpr (kBias) acc_b[acc_at(k, i)] = 0.f;
+      }
+    // Every thread of a row group runs the same number of iterations (uniform __syncthreads).
+    for (int64_t row = slot; row < p.rows; row += num_slots) {
+      const int64_t base = row * h;
+      const T* x = static_cast<const T*>(p.x) + base;
+      const T* dy = static_cast<const T*>(p.dy) + base;
+      const float mu = p.mean != nullptr ? p.mean[row] : 0.f, rs = p.rstd[row];
+#pragma unroll
+      for (int k = 0; k < ITERS; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        if (j < nvec) {
+          xr[k] = *reinterpret_cast<const Vec<T, VEC>*>(x + j * VEC);
+          dyr[k] = *reinterpret_cast<const Vec<T, VEC>*>(dy + j * VEC);
+        }
+      }
+      float sum_g = 0.f, sum_gx = 0.f;
+#pragma unroll
+      for (int k = 0; k < ITERS; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        if (j < nvec) {
+          float wv[VEC];
+          load_vec<VEC>(w + j * VEC, wv);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const float dyv = to_f(dyr[k].v[i]), xh = (to_f(xr[k].v[i]) - mu) * rs;
+            g[k][i] = dyv * wv[i];
+            sum_g += g[k][i];
+            sum_gx += g[k][i] * xh;
+            acc_w[acc_at(k, i)] += dyv * xh;
+            if constexpr (kBias) acc_b[acc_at(k, i)] += dyv;
+          }
+        }
+      }
+      const float2 s = row_sum2(sum_g, sum_gx, smem);
+      const float mean_g = p.mean != nullptr ? s.x * inv_h : 0.f, mean_gx = s.y * inv_h;
+      T* dx = static_cast<T*>(p.dx) + base;
+      const T* dres = p.dresidual != nullptr ? static_cast<const T*>(p.dresidual) + base : nullptr;
+#pragma unroll
+      for (int k = 0; k < ITERS; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        if (j < nvec) {
+          float out[VEC], dr[VEC];
+          if (dres != nullptr) load_vec<VEC>(dres + j * VEC, dr);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const float xh = (to_f(xr[k].v[i]) - mu) * rs;
+            out[i] = rs * (g[k][i] - mean_g - xh * mean_gx) + (dres != nullptr ? dr[i] : 0.f);
+          }
+          store_vec<VEC>(dx + j * VEC, out);
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < ITERS; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < nvec) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          dw_part[j * VEC + i] = acc_w[acc_at(k, i)];
+          if constexpr (kBias) db_part[j * VEC + i] = acc_b[acc_at(k, i)];
+        }
+      }
+    }
+  } else {
+    // Wide rows: partials accumulate in this slot's scratch row; each column belongs to one thread.
+    for (int j = threadIdx.x; j < nvec; j += blockDim.x)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        dw_part[j * VEC + i] = 0.f;
+        if constexpr (kBias) db_part[j * VEC + i] = 0.f;
+      }
+    for (int64_t row = slot; row < p.rows; row += num_slots) {
+      const int64_t base = row * h;
+      const T* x = static_cast<const T*>(p.x) + base;
+      const T* dy = static_cast<const T*>(p.dy) + base;
+      const float mu = p.mean != nullptr ? p.mean[row] : 0.f, rs = p.rstd[row];
+      float sum_g = 0.f, sum_gx = 0.f;
+      for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+        float xv[VEC], dyv[VEC], wv[VEC];
+        load_vec<VEC>(x + j * VEC, xv);
+        load_vec<VEC>(dy + j * VEC, dyv);
+        load_vec<VEC>(w + j * VEC, wv);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float xh = (xv[i] - mu) * rs, gi = dyv[i] * wv[i];
+          sum_g += gi;
+          sum_gx += gi * xh;
+          dw_part[j * VEC + i] += dyv[i] * xh;
+          if constexpr (kBias) db_part[j * VEC + i] += dyv[i];
+        }
+      }
+      const float2 s = row_sum2(sum_g, sum_gx, smem);
+      const float mean_g = p.mean != nullptr ? s.x * inv_h : 0.f, mean_gx = s.y * inv_h;
+      T* dx = static_cast<T*>(p.dx) + base;
+      const T* dres = p.dresidual != nullptr ? static_cast<const T*>(p.dresidual) + base : nullptr;
+      for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+        float xv[VEC], dyv[VEC], wv[VEC], dr[VEC], out[VEC];
+        load_vec<VEC>(x + j * VEC, xv);
+        load_vec<VEC>(dy + j * VEC, dyv);
+        load_vec<VEC>(w + j * VEC, wv);
+        if (dres != nullptr) load_vec<VEC>(dres + j * VEC, dr);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float xh = (xv[i] - mu) * rs, gi = dyv[i] * wv[i];
+          out[i] = rs * (gi - mean_g - xh * mean_gx) + (dres != nullptr ? dr[i] : 0.f);
+        }
+        store_vec<VEC>(dx + j * VEC, out);
+      }
+    }
+  }
+}
+
+// out[c] (+)= sum over slots of part[s, c], summed in a fixed order. blockIdx.y selects (dweight, dbias).
+constexpr int kColTile = 32, kSlotLanes = 16;
+__global__ void column_sum_kernel(float* out0, const float* part0, float* out1, const float* part1, int64_t slots,
+                                  int h, bool accumulate) {
+  __shared__ float acc[kSlotLanes][kColTile + 1];
+  float* out = blockIdx.y == 0 ? out0 : out1;
+  const float* part = blockIdx.y == 0 ? part0 : part1;
+  const int col = blockIdx.x * kColTile + threadIdx.x;
+  float s = 0.f;
+  if (col < h)
+    for (int64_t r = threadIdx.y; r < slots; r += kSlotLanes) s += part[r * h + col];
+  acc[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < h) {
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < kSlotLanes; ++i) t += acc[i][threadIdx.x];
+    out[col] = accumulate ? out[col] + t : t;
+  }
+}
+
+bool aligned(const void* p, size_t bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+int next_pow2(int64_t v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+struct Plan {
+  int vec;             // elements per vector
+  int threads_per_row;  // blockDim.x
+  int rows_per_block;   // blockDim.y
+  int iters;            // 0: uncached
+};
+
+// `target` elements per thread decides the row-group width; `cap` bounds the cached elements per thread.
+Plan make_plan(int h, int vec, int target, int cap) {
+  Plan pl;
+  pl.vec = vec;
+  const int nvec = h / vec;
+  pl.threads_per_row = std::clamp(next_pow2((int64_t(h) + target - 1) / target), 32, 512);
+  pl.rows_per_block = pl.threads_per_row == 32 ? 4 : 1;
+  const int iters = next_pow2((nvec + pl.threads_per_row - 1) / pl.threads_per_row);
+  pl.iters = iters * vec <= cap ? iters : 0;
+  return pl;
+}
+
+// Calls fn.template operator()<VEC, ITERS>() for the plan; ITERS * VEC <= CAP are the instantiated ones.
+template <int VEC_WIDE, int CAP, class Fn>
+void dispatch_plan(const Plan& pl, Fn&& fn) {
+  auto with_vec = [&]<int VEC>() {
+    switch (pl.iters) {
+      case 1: if constexpr (1 * VEC <= CAP) return fn.template operator()<VEC, 1>(); break;
+      case 2: if constexpr (2 * VEC <= CAP) return fn.template operator()<VEC, 2>(); break;
+      case 4: if constexpr (4 * VEC <= CAP) return fn.template operator()<VEC, 4>(); break;
+      case 8: if constexpr (8 * VEC <= CAP) return fn.template operator()<VEC, 8>(); break;
+      case 16: if constexpr (16 * VEC <= CAP) return fn.template operator()<VEC, 16>(); break;
+      case 32: if constexpr (32 * VEC <= CAP) return fn.template operator()<VEC, 32>(); break;
+      default: break;
+    }
+    return fn.template operator()<VEC, 0>();
+  };
+  if (pl.vec == VEC_WIDE) with_vec.template operator()<VEC_WIDE>();
+  else with_vec.template operator()<1>();
+}
+
+// Calls fn.template operator()<T, W>() with native CUDA types for x's and weight's dtypes.
+template <class Fn>
+void dispatch_types(DType x, DType w, Fn&& fn) {
+  auto with_t = [&]<class T>() {
+    if (w == DType::F32) fn.template operator()<T, float>();
+    else fn.template operator()<T, T>();
+  };
+  switch (x) {
+    case DType::F32: return with_t.template operator()<float>();
+    case DType::BF16: return with_t.template operator()<__nv_bfloat16>();
+    case DType::F16: return with_t.template operator()<__half>();
+    default: MEGATRON_FAIL("norm (cuda): unsupported dtype ", dtype_name(x));
+  }
+}
+
+constexpr int kFwdTarget = 16, kFwdCap = 32;  // elements per thread: row-group sizing, register cache bound
+constexpr int kBwdTarget = 8, kBwdCap = 16;
+
+}  // namespace
+
+void norm_forward(Context& ctx, bool rms, const Tensor& y, const Tensor& residual_out, const Tensor& mean,
+                  const Tensor& rstd, const Tensor& x, const Tensor& residual, const Tensor& weight,
+                  const Tensor& bias, float eps) {
+  const int64_t rows = x.shape().rows(), h64 = x.shape().cols();
+  MEGATRON_CHECK(h64 <= INT32_MAX / 2, "norm_forward: hidden size ", h64, " too large");
+  if (rows == 0) return;
+  const int h = int(h64);
+  cudaStream_t stream = ctx.stream();
+  FwdParams p{y.data_ptr(), residual.defined() ? residual_out.data_ptr() : nullptr,
+              rms ? nullptr : static_cast<float*>(mean.data_ptr()), static_cast<float*>(rstd.data_ptr()),
+              x.data_ptr(), residual.defined() ? residual.data_ptr() : nullptr, weight.data_ptr(),
+              bias.defined() ? bias.data_ptr() : nullptr, rows, h, eps, rms};
+  dispatch_types(x.dtype(), weight.dtype(), [&]<class T, class W>() {
+    constexpr int kVec = 16 / sizeof(T);
+    const size_t vb = kVec * sizeof(T), wb = kVec * sizeof(W);
+    const bool vec_ok = h % kVec == 0 && aligned(p.y, vb) && aligned(p.residual_out, vb) && aligned(p.x, vb) &&
+                        aligned(p.residual, vb) && aligned(p.weight, wb) && aligned(p.bias, wb);
+    const Plan pl = make_plan(h, vec_ok ? kVec : 1, kFwdTarget, kFwdCap);
+    dim3 block(pl.threads_per_row, pl.rows_per_block);
+    dim3 grid(unsigned((rows + pl.rows_per_block - 1) / pl.rows_per_block));
+    dispatch_plan<kVec, kFwdCap>(pl, [&]<int VEC, int ITERS>() {
+      norm_fwd_kernel<T, W, VEC, ITERS><<<grid, block, 0, stream>>>(p);
+      CUDA_CHECK_MSG(cudaGetLastError(), " after launching norm_fwd_kernel (rows ", rows, ", hidden ", h, ", ",
+                     dtype_name(x.dtype()), ")");
+    });
+  });
+}
+
+void norm_backward(Context& ctx, bool rms, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                   const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                   bool accumulate_weight_grads, const Tensor& dresidual) {
+  const int64_t rows = x.shape().rows(), h64 = x.shape().cols();
+  MEGATRON_CHECK(h64 <= INT32_MAX / 2, "norm_backward: hidden size ", h64, " too large");
+  const int h = int(h64);
+  cudaStream_t stream = ctx.stream();
+  const int sms = ctx.cuda_libraries().properties.multiProcessorCount;
+  BwdParams p{dx.data_ptr(), nullptr, nullptr, dy.data_ptr(), x.data_ptr(), weight.data_ptr(),
+              rms ? nullptr : static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()),
+              dresidual.defined() ? dresidual.data_ptr() : nullptr, rows, h};
+  Tensor dw_part, db_part;
+  int64_t slots = 0;
+  dispatch_types(x.dtype(), weight.dtype(), [&]<class T, class W>() {
+    constexpr int kVec = 16 / sizeof(T);
+    const size_t vb = kVec * sizeof(T), wb = kVec * sizeof(W);
+    const bool vec_ok = h % kVec == 0 && aligned(p.dx, vb) && aligned(p.dy, vb) && aligned(p.x, vb) &&
+                        aligned(p.dresidual, vb) && aligned(p.weight, wb);
+    const Plan pl = make_plan(h, vec_ok ? kVec : 1, kBwdTarget, kBwdCap);
+    dim3 block(pl.threads_per_row, pl.rows_per_block);
+    dispatch_plan<kVec, kBwdCap>(pl, [&]<int VEC, int ITERS>() {
+      auto kernel = dbias.defined() ? norm_bwd_kernel<T, W, VEC, ITERS, true> : norm_bwd_kernel<T, W, VEC, ITERS, false>;
+      const int smem_bytes = ITERS * VEC * int(block.x * block.y) * (dbias.defined() ? 2 : 1) * int(sizeof(float));
+      if (smem_bytes > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+      int per_sm = 0;
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(block.x * block.y), smem_bytes));
+      const int64_t groups = (rows + pl.rows_per_block - 1) / pl.rows_per_block;
+      const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(groups, int64_t(sms) * std::max(per_sm, 1)));
+      slots = blocks * pl.rows_per_block;
+      dw_part = ctx.empty(Shape{slots, h64}, DType::F32);
+      p.dw_part = static_cast<float*>(dw_part.data_ptr());
+      if (dbias.defined()) {
+        db_part = ctx.empty(Shape{slots, h64}, DType::F32);
+        p.db_part = static_cast<float*>(db_part.data_ptr());
+      }
+      kernel<<<dim3(unsigned(blocks)), block, smem_bytes, stream>>>(p);
+      CUDA_CHECK_MSG(cudaGetLastError(), " after launching norm_bwd_kernel (rows ", rows, ", hidden ", h, ", ",
+                     dtype_name(x.dtype()), ")");
+    });
+  });
+  dim3 grid(unsigned((h + kColTile - 1) / kColTile), dbias.defined() ? 2 : 1);
+  column_sum_kernel<<<grid, dim3(kColTile, kSlotLanes), 0, stream>>>(
+      static_cast<float*>(dweight.data_ptr()), p.dw_part, dbias.defined() ? static_cast<float*>(dbias.data_ptr()) : nullptr,
+      p.db_part, slots, h, accumulate_weight_grads);
+  CUDA_CHECK_MSG(cudaGetLastError(), " after launching column_sum_kernel (slots ", slots, ", hidden ", h, ")");
+}
+
+}  // namespace megatron::ops::cuda
