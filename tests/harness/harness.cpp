@@ -114,6 +114,16 @@ std::string gtest_name(const std::string& s) {
   return out;
 }
 
+void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected megatron::Error, nothing was thrown";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "missing '" << p << "' in: " << m;
+  }
+}
+
 namespace {
 
 struct CaseTensors {

@@ -86,6 +86,10 @@ void expect_gradients_match_finite_differences(const GradCase& c);
 
 std::string gtest_name(const std::string& s);
 
+// Runs fn() and expects a megatron::Error whose message contains every one of `parts` (the op's name, the
+// argument, the shapes): error messages are part of the contract.
+void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts);
+
 // gtest prints parameters of failing tests; show the case name instead of raw bytes.
 inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
 inline void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name; }

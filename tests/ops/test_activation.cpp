@@ -10,6 +10,8 @@
 #include "harness.h"
 #include "megatron/ops/activation/activation.h"
 
+using ::megatron::testing::expect_error;
+
 namespace megatron {
 namespace {
 
@@ -154,16 +156,6 @@ TEST(ActivationFormula, MatchesClosedForms) {
 }
 
 // ---- bad input ----
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected megatron::Error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_THAT(e.what(), ::testing::HasSubstr(p));
-  }
-}
-
 TEST(ActivationBadInput, ShapesAndDtypes) {
   Context& ctx = testing::cpu_context();
   Tensor x = ctx.empty({4, 6}, DType::F32), y_bad = ctx.empty({4, 5}, DType::F32), y_bf16 = ctx.empty({4, 6}, DType::BF16);

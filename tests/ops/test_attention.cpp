@@ -11,6 +11,8 @@
 #include "harness.h"
 #include "megatron/ops/attention/attention.h"
 
+using ::megatron::testing::expect_error;
+
 namespace megatron {
 namespace {
 
@@ -250,16 +252,6 @@ TEST(AttentionReference, CausalRowsIgnoreFutureKeys) {
 }
 
 // ---- bad inputs ----
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected megatron::Error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
-
 TEST(AttentionBadInput, ShapesAndDtypes) {
   Context& ctx = cpu_context();
   auto T = [&](Shape s, DType dt = DType::F32) { return ctx.empty(s, dt); };

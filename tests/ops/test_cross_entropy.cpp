@@ -7,6 +7,8 @@
 #include "harness.h"
 #include "megatron/ops/cross_entropy/cross_entropy.h"
 
+using ::megatron::testing::expect_error;
+
 namespace megatron {
 namespace {
 
@@ -208,16 +210,6 @@ TEST(CrossEntropyReference, ShiftInvariant) {
 }
 
 // ---- bad inputs ----
-void expect_error(const std::function<void()>& fn, std::initializer_list<const char*> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no megatron::Error thrown";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const char* p : parts) EXPECT_NE(what.find(p), std::string::npos) << "message lacks '" << p << "': " << what;
-  }
-}
-
 TEST(CrossEntropyBadInput, TargetOutOfRangeNamesRowAndValue) {
   Context& ctx = testing::cpu_context();
   Tensor logits = ctx.empty({3, 5}, DType::F32), targets = ctx.empty({3}, DType::I32);

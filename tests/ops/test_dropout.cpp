@@ -10,6 +10,8 @@
 #include "harness.h"
 #include "megatron/ops/dropout/dropout.h"
 
+using ::megatron::testing::expect_error;
+
 namespace megatron {
 namespace {
 
@@ -241,16 +243,6 @@ std::vector<GradCase> dropout_grad_cases() {
 MEGATRON_GRAD_CASES(Dropout, dropout_grad_cases);
 
 // ---- bad input ----
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected megatron::Error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_THAT(e.what(), ::testing::HasSubstr(p));
-  }
-}
-
 TEST(DropoutBadInput, ProbabilityShapesDtypesDevice) {
   Context& ctx = testing::cpu_context();
   Tensor x = ctx.empty({4, 6}, DType::F32), y = ctx.empty({4, 6}, DType::F32);

@@ -12,6 +12,8 @@
 #include "megatron/core/philox.h"
 #include "megatron/ops/elementwise/elementwise.h"
 
+using ::megatron::testing::expect_error;
+
 namespace megatron {
 namespace {
 
@@ -384,17 +386,6 @@ TEST(ElementwiseReference, CastScaledAmaxIsOfTheUnscaledInput) {
 }
 
 // ---- validation
-
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
-  }
-}
 
 TEST(ElementwiseBadInput, ShapesDtypesAndCasts) {
   Tensor a = cpu().empty(Shape{4, 5}, F32), b = cpu().empty(Shape{5, 4}, F32), h = cpu().empty(Shape{4, 5}, BF16);

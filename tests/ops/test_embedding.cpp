@@ -6,6 +6,8 @@
 #include "harness.h"
 #include "megatron/ops/embedding/embedding.h"
 
+using ::megatron::testing::expect_error;
+
 namespace megatron {
 namespace {
 
@@ -117,16 +119,6 @@ TEST(EmbeddingReference, BackwardMatchesDirectSum) {
     }
   ops::embedding_backward(ctx, dw, dout, ids, false);
   for (int64_t h = 0; h < hidden; ++h) EXPECT_EQ(dw.data<double>()[3 * hidden + h], 0.0);
-}
-
-void expect_error(const std::function<void()>& fn, std::initializer_list<const char*> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no megatron::Error thrown";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const char* p : parts) EXPECT_NE(what.find(p), std::string::npos) << "message lacks '" << p << "': " << what;
-  }
 }
 
 TEST(EmbeddingBadInput, IdOutOfRangeNamesPositionAndValue) {

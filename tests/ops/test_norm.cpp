@@ -10,6 +10,8 @@
 #include "harness.h"
 #include "megatron/ops/norm/norm.h"
 
+using ::megatron::testing::expect_error;
+
 namespace megatron {
 namespace {
 
@@ -330,16 +332,6 @@ TEST(NormGpuDeterminism, BackwardIsBitReproducible) {
 }
 
 // ---- bad input ----
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected megatron::Error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_THAT(e.what(), ::testing::HasSubstr(p));
-  }
-}
-
 TEST(NormBadInput, WrongWeightShape) {
   Context& ctx = testing::cpu_context();
   Tensor x = cpu_random({3, 7}, DType::F32, 1), w = cpu_random({5}, DType::F32, 2);

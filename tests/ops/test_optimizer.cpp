@@ -9,6 +9,8 @@
 #include "harness.h"
 #include "megatron/ops/optimizer/optimizer.h"
 
+using ::megatron::testing::expect_error;
+
 namespace megatron {
 namespace {
 
@@ -353,16 +355,6 @@ void check_found_inf(Context& ctx) {
 TEST(OptimizerReference, FoundInfIsSetByPlantedValues) { check_found_inf(testing::cpu_context()); }
 
 // ---- bad inputs ----
-
-void expect_error(const std::function<void()>& fn, std::initializer_list<const char*> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no megatron::Error thrown";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const char* p : parts) EXPECT_NE(what.find(p), std::string::npos) << "message lacks '" << p << "': " << what;
-  }
-}
 
 TEST(OptimizerBadInput, AdamW) {
   Context& ctx = testing::cpu_context();

@@ -12,6 +12,8 @@
 #include "harness.h"
 #include "megatron/ops/rope/rope.h"
 
+using ::megatron::testing::expect_error;
+
 namespace megatron {
 namespace {
 
@@ -237,16 +239,6 @@ TEST(RopeReference, MatchesClosedFormForOnePosition) {
 }
 
 // ---- bad inputs ----
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected megatron::Error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
-
 TEST(RopeBadInput, ShapesDtypesAndOptions) {
   Context& ctx = cpu_context();
   Tensor x = ctx.empty({2, 3, 4, 8}, DType::F32);

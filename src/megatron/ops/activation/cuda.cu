@@ -11,35 +11,11 @@
 #include <cstdint>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/cuda_common.cuh"
 
 namespace megatron::ops::cuda {
 namespace {
 
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-template <class T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half(v); }
-
-template <class T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
-template <int N, class T>
-__device__ __forceinline__ void load_vec(const T* p, float (&out)[N]) {
-  Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(p);
-#pragma unroll
-  for (int i = 0; i < N; ++i) out[i] = to_f(v.v[i]);
-}
-template <int N, class T>
-__device__ __forceinline__ void store_vec(T* p, const float (&in)[N]) {
-  Vec<T, N> v;
-#pragma unroll
-  for (int i = 0; i < N; ++i) v.v[i] = from_f<T>(in[i]);
-  *reinterpret_cast<Vec<T, N>*>(p) = v;
-}
 
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 constexpr float kGeluCoeff = 0.044715f;
@@ -81,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) unary_kernel(T* __restrict__ y, cons
     store_vec<VEC>(y + v * VEC, a);
   }
   for (int64_t i = nv * VEC + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    y[i] = from_f<T>(f(to_f(x[i])));
+    y[i] = from_f32<T>(f(to_f32(x[i])));
 }
 
 // dx = f(dy, x).
@@ -98,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
     store_vec<VEC>(dx + v * VEC, a);
   }
   for (int64_t i = nv * VEC + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    dx[i] = from_f<T>(f(to_f(dy[i]), to_f(x[i])));
+    dx[i] = from_f32<T>(f(to_f32(dy[i]), to_f32(x[i])));
 }
 
 // SwiGLU over rows of x [rows, 2F]; VEC divides F. Step v covers y[r, c..c+VEC) with r = v / (F/VEC).

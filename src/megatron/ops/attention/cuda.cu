@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/cuda_common.cuh"
 #include "megatron/ops/attention/cuda.h"
 
 namespace megatron::ops::cuda {
@@ -17,12 +18,6 @@ namespace megatron::ops::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-template <class T> __device__ __forceinline__ T from_f32(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half(v); }
 
 // Sums three values over the block; every thread gets the totals. `scratch` holds 3 * (kThreads / 32).
 __device__ float3 block_sum3(float3 v, float* scratch) {

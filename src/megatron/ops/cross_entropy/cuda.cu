@@ -14,23 +14,13 @@
 #include <cstdint>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/cuda_common.cuh"
 #include "megatron/ops/cross_entropy/cuda.h"
 
 namespace megatron::ops::cuda {
 namespace {
 
 // ---- element conversions on the storage types (same layout as the native CUDA types) ----
-__device__ __forceinline__ float load_f(float v) { return v; }
-__device__ __forceinline__ float load_f(bf16_t v) { return __uint_as_float(uint32_t(v.bits) << 16); }
-__device__ __forceinline__ float load_f(fp16_t v) { return __half2float(__ushort_as_half(v.bits)); }
-template <class T> __device__ __forceinline__ T store_f(float v);
-template <> __device__ __forceinline__ float store_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ bf16_t store_f<bf16_t>(float v) {
-  return bf16_t{__bfloat16_as_ushort(__float2bfloat16_rn(v))};
-}
-template <> __device__ __forceinline__ fp16_t store_f<fp16_t>(float v) {
-  return fp16_t{__half_as_ushort(__float2half_rn(v))};
-}
 
 // 16 bytes of T, loaded and stored as one vector access.
 template <class T>
@@ -135,7 +125,7 @@ __global__ void __launch_bounds__(THREADS)
 
   MaxSum a;
   for (int64_t i = threadIdx.x; i < head; i += THREADS) {
-    float f[1] = {load_f(x[i])};
+    float f[1] = {to_f32(x[i])};
     update(a, f);
   }
   int64_t j = threadIdx.x;
@@ -145,8 +135,8 @@ __global__ void __launch_bounds__(THREADS)
     float f0[N], f1[N];
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      f0[k] = load_f(p0.v[k]);
-      f1[k] = load_f(p1.v[k]);
+      f0[k] = to_f32(p0.v[k]);
+      f1[k] = to_f32(p1.v[k]);
     }
     update(a, f0);
     update(a, f1);
@@ -155,11 +145,11 @@ __global__ void __launch_bounds__(THREADS)
     P p0 = xv[j];
     float f0[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) f0[k] = load_f(p0.v[k]);
+    for (int k = 0; k < N; ++k) f0[k] = to_f32(p0.v[k]);
     update(a, f0);
   }
   for (int64_t i = head + nvec * N + threadIdx.x; i < vocab; i += THREADS) {
-    float f[1] = {load_f(x[i])};
+    float f[1] = {to_f32(x[i])};
     update(a, f);
   }
 
@@ -168,7 +158,7 @@ __global__ void __launch_bounds__(THREADS)
     float l = total.m + __logf(total.s);
     int64_t target = read_target(targets, row);
     lse[row] = l;
-    losses[row] = (target >= 0 && target < vocab) ? l - load_f(x[target]) : __int_as_float(0x7fc00000);
+    losses[row] = (target >= 0 && target < vocab) ? l - to_f32(x[target]) : __int_as_float(0x7fc00000);
   }
 }
 
@@ -195,7 +185,7 @@ __global__ void __launch_bounds__(THREADS)
   };
 
   const int64_t head = kVector ? head_elements<T>(x, vocab) : vocab;
-  for (int64_t i = threadIdx.x; i < head; i += THREADS) dx[i] = store_f<T>(grad(load_f(x[i]), i));
+  for (int64_t i = threadIdx.x; i < head; i += THREADS) dx[i] = from_f32<T>(grad(to_f32(x[i]), i));
   if constexpr (kVector) {
     const int64_t nvec = (vocab - head) / N;
     const P* xv = reinterpret_cast<const P*>(x + head);
@@ -205,10 +195,10 @@ __global__ void __launch_bounds__(THREADS)
       P out;
       const int64_t base = head + j * N;
 #pragma unroll
-      for (int k = 0; k < N; ++k) out.v[k] = store_f<T>(grad(load_f(p.v[k]), base + k));
+      for (int k = 0; k < N; ++k) out.v[k] = from_f32<T>(grad(to_f32(p.v[k]), base + k));
       dxv[j] = out;
     }
-    for (int64_t i = head + nvec * N + threadIdx.x; i < vocab; i += THREADS) dx[i] = store_f<T>(grad(load_f(x[i]), i));
+    for (int64_t i = head + nvec * N + threadIdx.x; i < vocab; i += THREADS) dx[i] = from_f32<T>(grad(to_f32(x[i]), i));
   }
 }
 

@@ -12,18 +12,11 @@
 #include <cstdint>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/cuda_common.cuh"
 #include "megatron/core/philox.h"
 
 namespace megatron::ops::cuda {
 namespace {
-
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-template <class T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half(v); }
 
 template <class T>
 struct alignas(sizeof(T) * 4) Vec4 {
@@ -47,10 +40,10 @@ __device__ __forceinline__ float dropout_one(const Params& p, const T* x, const 
                                              uint32_t word) {
   // Same expression as philox_uniform (core/philox.h).
   const bool keep = float(word >> 8) * (1.0f / 16777216.0f) >= p.p;
-  float v = to_f(x[i]);
-  if (b != nullptr) v = __fadd_rn(v, to_f(b[i % p.h]));
+  float v = to_f32(x[i]);
+  if (b != nullptr) v = __fadd_rn(v, to_f32(b[i % p.h]));
   v = keep ? __fmul_rn(v, p.scale) : 0.f;
-  if (r != nullptr) v = __fadd_rn(to_f(r[i]), v);
+  if (r != nullptr) v = __fadd_rn(to_f32(r[i]), v);
   return v;
 }
 
@@ -78,18 +71,18 @@ __global__ void __launch_bounds__(256) dropout_kernel(Params p) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const bool keep = float(rnd.v[j] >> 8) * (1.0f / 16777216.0f) >= p.p;
-        float v = to_f(xv.v[j]);
-        if (b != nullptr) v = __fadd_rn(v, to_f(bv.v[j]));
+        float v = to_f32(xv.v[j]);
+        if (b != nullptr) v = __fadd_rn(v, to_f32(bv.v[j]));
         v = keep ? __fmul_rn(v, p.scale) : 0.f;
-        if (r != nullptr) v = __fadd_rn(to_f(rv.v[j]), v);
-        out.v[j] = from_f<T>(v);
+        if (r != nullptr) v = __fadd_rn(to_f32(rv.v[j]), v);
+        out.v[j] = from_f32<T>(v);
       }
       *reinterpret_cast<Vec4<T>*>(y + i0) = out;
     } else {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t i = i0 + j;
-        if (i >= 0 && i < p.n) y[i] = from_f<T>(dropout_one(p, x, b, r, i, rnd.v[j]));
+        if (i >= 0 && i < p.n) y[i] = from_f32<T>(dropout_one(p, x, b, r, i, rnd.v[j]));
       }
     }
   }

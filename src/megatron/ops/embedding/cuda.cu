@@ -17,6 +17,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/cuda_common.cuh"
 #include "megatron/ops/embedding/cuda.h"
 
 namespace megatron::ops::cuda {
@@ -61,10 +62,6 @@ __global__ void make_sort_keys_kernel(uint32_t* __restrict__ keys, int32_t* __re
   }
 }
 
-__device__ __forceinline__ float load_f(float v) { return v; }
-__device__ __forceinline__ float load_f(bf16_t v) { return __uint_as_float(uint32_t(v.bits) << 16); }
-__device__ __forceinline__ float load_f(fp16_t v) { return __half2float(__ushort_as_half(v.bits)); }
-
 constexpr int kSumThreads = 128;
 constexpr int kSumColumnsPerThread = 4;
 constexpr int kSumColumns = kSumThreads * kSumColumnsPerThread;
@@ -85,7 +82,7 @@ __global__ void __launch_bounds__(kSumThreads)
 #pragma unroll
     for (int k = 0; k < kSumColumnsPerThread; ++k) {
       int64_t c = column0 + k * kSumThreads;
-      if (c < hidden) acc[k] += load_f(row[c]);
+      if (c < hidden) acc[k] += to_f32(row[c]);
     }
   }
   float* dst = dweight + int64_t(id) * hidden;

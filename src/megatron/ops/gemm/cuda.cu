@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/cuda_common.cuh"
 #include "megatron/runtime/cuda_libraries.h"
 
 namespace megatron::ops::cuda {
@@ -30,13 +31,6 @@ namespace {
 // ---------------------------------------------------------------------------------------------------------
 // Fallback kernels (only when cuBLASLt cannot fuse the epilogue).
 
-__device__ __forceinline__ float load_f(float v) { return v; }
-__device__ __forceinline__ float load_f(__half v) { return __half2float(v); }
-__device__ __forceinline__ float load_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T> __device__ __forceinline__ T store_f(float v);
-template <> __device__ __forceinline__ float store_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half store_f<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 store_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 __device__ __forceinline__ float gelu_tanh_f(float x) {
   const float kSqrt2OverPi = 0.7978845608028654f;
@@ -48,13 +42,13 @@ template <class TD, class TB>
 __global__ void bias_gelu_epilogue_kernel(TD* __restrict__ d, TD* __restrict__ aux, const TB* __restrict__ bias,
                                           int64_t total, int64_t n, bool gelu) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    float t = load_f(d[i]);
-    if (bias != nullptr) t += load_f(bias[i % n]);
+    float t = to_f32(d[i]);
+    if (bias != nullptr) t += to_f32(bias[i % n]);
     if (gelu) {
-      if (aux != nullptr) aux[i] = store_f<TD>(t);
+      if (aux != nullptr) aux[i] = from_f32<TD>(t);
       t = gelu_tanh_f(t);
     }
-    d[i] = store_f<TD>(t);
+    d[i] = from_f32<TD>(t);
   }
 }
 
@@ -64,8 +58,8 @@ __global__ void column_sums_kernel(const TA* __restrict__ a, TO* __restrict__ ou
                                    int64_t lda) {
   for (int64_t m = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; m < cols; m += int64_t(gridDim.x) * blockDim.x) {
     float s = 0.0f;
-    for (int64_t k = 0; k < rows; ++k) s += load_f(a[k * lda + m]);
-    out[m] = store_f<TO>(s);
+    for (int64_t k = 0; k < rows; ++k) s += to_f32(a[k * lda + m]);
+    out[m] = from_f32<TO>(s);
   }
 }
 
@@ -77,9 +71,9 @@ __global__ void row_sums_kernel(const TA* __restrict__ a, TO* __restrict__ out, 
   const int64_t warps_per_grid = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; m < rows; m += warps_per_grid) {
     float s = 0.0f;
-    for (int64_t k = lane; k < cols; k += 32) s += load_f(a[m * lda + k]);
+    for (int64_t k = lane; k < cols; k += 32) s += to_f32(a[m * lda + k]);
     for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (lane == 0) out[m] = store_f<TO>(s);
+    if (lane == 0) out[m] = from_f32<TO>(s);
   }
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/cuda_common.cuh"
 #include "megatron/ops/optimizer/cuda.h"
 
 namespace megatron::ops::cuda {
@@ -30,18 +31,6 @@ constexpr int64_t kChunk = int64_t(kThreads) * 4 * 4;  // elements per block: 4 
 constexpr int64_t kNormChunk = 4 * kChunk;  // the norm only reads: bigger chunks amortise the block reduction
 constexpr int kMaxTensors = 64;
 
-// ---- element access ----
-__device__ __forceinline__ float load_f(float v) { return v; }
-__device__ __forceinline__ float load_f(bf16_t v) { return __uint_as_float(uint32_t(v.bits) << 16); }
-__device__ __forceinline__ float load_f(fp16_t v) { return __half2float(__ushort_as_half(v.bits)); }
-template <class T> __device__ __forceinline__ T store_f(float v);
-template <> __device__ __forceinline__ float store_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ bf16_t store_f<bf16_t>(float v) {
-  return bf16_t{__bfloat16_as_ushort(__float2bfloat16_rn(v))};
-}
-template <> __device__ __forceinline__ fp16_t store_f<fp16_t>(float v) {
-  return fp16_t{__half_as_ushort(__float2half_rn(v))};
-}
 
 // Four consecutive elements, accessed as one 16-byte (f32) or 8-byte (16-bit types) vector.
 template <class T>
@@ -176,11 +165,11 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(AdamBatch b, AdamScalar
 
   auto scalar = [&](int64_t i) {
     float pi = p[i], mi = m[i], vi = v[i];
-    adam_update(pi, mi, vi, load_f(g[i]), decay, s);
+    adam_update(pi, mi, vi, to_f32(g[i]), decay, s);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
-    if constexpr (!std::is_void_v<TO>) static_cast<TO*>(b.out[t])[i] = store_f<TO>(pi);
+    if constexpr (!std::is_void_v<TO>) static_cast<TO*>(b.out[t])[i] = from_f32<TO>(pi);
   };
 
   int64_t scalar_begin = begin;
@@ -192,14 +181,14 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(AdamBatch b, AdamScalar
       Four<float> V = *reinterpret_cast<const Four<float>*>(v + i);
       Four<TG> G = *reinterpret_cast<const Four<TG>*>(g + i);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) adam_update(P.v[k], M.v[k], V.v[k], load_f(G.v[k]), decay, s);
+      for (int k = 0; k < 4; ++k) adam_update(P.v[k], M.v[k], V.v[k], to_f32(G.v[k]), decay, s);
       *reinterpret_cast<Four<float>*>(p + i) = P;
       *reinterpret_cast<Four<float>*>(m + i) = M;
       *reinterpret_cast<Four<float>*>(v + i) = V;
       if constexpr (!std::is_void_v<TO>) {
         Four<TO> O;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) O.v[k] = store_f<TO>(P.v[k]);
+        for (int k = 0; k < 4; ++k) O.v[k] = from_f32<TO>(P.v[k]);
         *reinterpret_cast<Four<TO>*>(static_cast<TO*>(b.out[t]) + i) = O;
       }
     }
@@ -240,14 +229,14 @@ __global__ void __launch_bounds__(kThreads) l2_partial_kernel(NormBatch b, doubl
       Four<T> X = *reinterpret_cast<const Four<T>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        float f = load_f(X.v[k]);
+        float f = to_f32(X.v[k]);
         acc = fmaf(f, f, acc);
       }
     }
     scalar_begin = vec_end;
   }
   for (int64_t i = scalar_begin + threadIdx.x; i < end; i += kThreads) {
-    float f = load_f(x[i]);
+    float f = to_f32(x[i]);
     acc = fmaf(f, f, acc);
   }
   double total = block_sum(double(acc));
@@ -303,8 +292,8 @@ __global__ void __launch_bounds__(kThreads)
   TO* y = static_cast<TO*>(b.out[t]);
   bool bad = false;
   auto one = [&](float xf) {
-    TO r = store_f<TO>(xf * scale);
-    bad |= !isfinite(load_f(r));
+    TO r = from_f32<TO>(xf * scale);
+    bad |= !isfinite(to_f32(r));
     return r;
   };
   int64_t scalar_begin = begin;
@@ -314,12 +303,12 @@ __global__ void __launch_bounds__(kThreads)
       Four<TI> X = *reinterpret_cast<const Four<TI>*>(x + i);
       Four<TO> Y;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) Y.v[k] = one(load_f(X.v[k]));
+      for (int k = 0; k < 4; ++k) Y.v[k] = one(to_f32(X.v[k]));
       *reinterpret_cast<Four<TO>*>(y + i) = Y;
     }
     scalar_begin = vec_end;
   }
-  for (int64_t i = scalar_begin + threadIdx.x; i < end; i += kThreads) y[i] = one(load_f(x[i]));
+  for (int64_t i = scalar_begin + threadIdx.x; i < end; i += kThreads) y[i] = one(to_f32(x[i]));
   const int any_bad = __syncthreads_or(int(bad));
   if (any_bad && threadIdx.x == 0) {
     if (found_inf_f32 != nullptr) *found_inf_f32 = 1.f;  // every writer stores the same value

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/cuda_common.cuh"
 #include "megatron/tensor/op_checks.h"
 
 namespace megatron::ops::cuda {
@@ -25,13 +26,6 @@ struct InvFreq {
   float v[kMaxHalfRot];
 };
 
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-template <class T> __device__ __forceinline__ T from_f32(float v);
-template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half(v); }
 
 // VEC consecutive elements; one 16-byte access when VECTOR_IO, else element by element.
 template <class T, int VEC, bool VECTOR_IO>
