@@ -40,12 +40,22 @@ fi
 summary+=("build: ok in $(( $(date +%s) - t0 )) s")
 
 if [ $MODE != bench ]; then
+  rm -rf $BUILD/gtest-results
   (cd $BUILD && ctest --output-on-failure -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
   rc=$?
   grep -E "^\s*[0-9]+/[0-9]+ Test|tests passed|tests failed" "$OUT/ctest.log" | tail -60
   # The first failures in full, so the reply shows why.
   grep -E "\[  FAILED  \]|Failure|error:" "$OUT/ctest.log" | head -40
   summary+=("tests: $(grep -E 'tests passed' "$OUT/ctest.log" | tail -1) (rc $rc)")
+  # gtest-level counts from the XML reports: executable, tests run, failures, skipped.
+  summary+=("$(printf '%-38s %6s %6s %6s' 'ctest entry' tests failed skipped)")
+  for x in $BUILD/gtest-results/*.xml; do
+    [ -f "$x" ] || continue
+    n=$(grep -o '<testsuites tests="[0-9]*"' "$x" | grep -o '[0-9]*')
+    f=$(grep -o '<testsuites tests="[0-9]*" failures="[0-9]*"' "$x" | grep -o 'failures="[0-9]*"' | grep -o '[0-9]*')
+    s=$(grep -c 'result="skipped"' "$x")
+    summary+=("$(printf '%-38s %6s %6s %6s' "$(basename "$x" .xml)" "$n" "$f" "$s")")
+  done
 fi
 
 if [ $MODE != tests ]; then
