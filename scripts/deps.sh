@@ -41,4 +41,8 @@ if [ -n "$NVCC" ]; then
     $PY -m pip install -q --disable-pip-version-check --no-deps nvidia-cudnn-frontend 2>&1 | grep -v "Running pip as the 'root' user" || true
   fi
 fi
+# Reference implementations the data tests compare against (tokenizer parity, numpy's RandomState).
 pip_install numpy numpy
+pip_install tokenizers tokenizers
+pip_install tiktoken tiktoken
+pip_install sentencepiece sentencepiece
