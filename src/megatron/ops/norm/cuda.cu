@@ -194,11 +194,180 @@ struct BwdParams {
   const void* dresidual;  // may be null
   int64_t rows;
   int h;
+  int stages;  // cached kernel: shared-memory pipeline depth (rows in flight per row group)
 };
 
-// Small per-thread caches are held to 64 registers so that two 512-thread blocks fit on an SM.
-template <class T, class W, int VEC, int ITERS, bool kBias>
-__global__ void __launch_bounds__(512, (ITERS > 0 && ITERS * VEC <= 8) ? 2 : 1) norm_bwd_kernel(BwdParams p) {
+// Asynchronous global -> shared copies (cp.async, sm_80+). 16-byte copies bypass L1 (.cg); 4 and 8 bytes
+// must go through it (.ca); 2-byte vectors (f16/bf16 with VEC == 1) are copied synchronously. Every element
+// a thread copies is read back only by that same thread, except the per-warp statistics (see below).
+template <int BYTES>
+__device__ __forceinline__ void copy_to_shared(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (BYTES == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+  } else if constexpr (BYTES == 8 || BYTES == 4) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(BYTES) : "memory");
+  } else {
+    static_assert(BYTES == 2, "unsupported copy size");
+    *static_cast<uint16_t*>(dst) = *static_cast<const uint16_t*>(src);
+  }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most n (0..3) of this thread's committed groups are pending.
+__device__ __forceinline__ void cp_async_wait(int n) {
+  switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+  }
+}
+
+// Bytes of one pipeline stage of one row group: nt tensors (x, dy[, dresidual]) x iters x tpr vectors, then
+// two floats (rstd, mean) per warp. Both parts rounded to 16 bytes.
+__host__ __device__ constexpr int bwd_stage_bytes(int nt, int iters, int tpr, int vec_bytes) {
+  return (nt * iters * tpr * vec_bytes + 15) / 16 * 16 + (tpr / 32 * 8 + 15) / 16 * 16;
+}
+constexpr int kMaxStages = 4;
+
+// Row-cached backward (ITERS > 0). Each row group walks its rows (slot, slot + num_slots, ...) through a
+// p.stages-deep ring of shared-memory stages: the copies of row i + stages - 1 are issued before row i is
+// processed, so that its loads overlap this row's reductions and stores. dweight/dbias partials of the
+// thread's columns stay in registers until the end.
+template <class T, class W, int VEC, int ITERS, bool kBias, int MINB>
+__global__ void __launch_bounds__(512, MINB) norm_bwd_kernel(BwdParams p) {
+  static_assert(ITERS > 0);
+  using V = Vec<T, VEC>;
+  __shared__ float2 red[32];
+  extern __shared__ __align__(16) unsigned char bwd_smem[];
+  const int h = p.h, nvec = h / VEC, tpr = int(blockDim.x), tid = int(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5;
+  const int64_t slot = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t num_slots = int64_t(gridDim.x) * blockDim.y;
+  const bool has_mean = p.mean != nullptr, has_dres = p.dresidual != nullptr;
+  const int nt = has_dres ? 3 : 2, S = p.stages;
+  const int stage_bytes = bwd_stage_bytes(nt, ITERS, tpr, int(sizeof(V)));
+  unsigned char* my = bwd_smem + size_t(threadIdx.y) * S * stage_bytes;
+  auto tile = [&](int s, int t, int k) {
+    return reinterpret_cast<V*>(my + s * stage_bytes) + (t * ITERS + k) * tpr + tid;
+  };
+  auto stats = [&](int s) {
+    return reinterpret_cast<float*>(my + s * stage_bytes + (nt * ITERS * tpr * int(sizeof(V)) + 15) / 16 * 16) +
+           warp * 2;
+  };
+  const T* xg = static_cast<const T*>(p.x);
+  const T* dyg = static_cast<const T*>(p.dy);
+  const T* drg = static_cast<const T*>(p.dresidual);
+  const W* w = static_cast<const W*>(p.weight);
+  // Issues the copies of `row` into stage s (nothing past the last row) and commits them as one group.
+  // Lanes 0 and 1 of each warp copy the row's statistics for their warp.
+  auto issue = [&](int64_t row, int s) {
+    if (row < p.rows) {
+      const int64_t base = row * h;
+#pragma unroll
+      for (int k = 0; k < ITERS; ++k) {
+        const int j = tid + k * tpr;
+        if (j < nvec) {
+          copy_to_shared<sizeof(V)>(tile(s, 0, k), xg + base + j * VEC);
+          copy_to_shared<sizeof(V)>(tile(s, 1, k), dyg + base + j * VEC);
+          if (has_dres) copy_to_shared<sizeof(V)>(tile(s, 2, k), drg + base + j * VEC);
+        }
+      }
+      if (lane == 0) copy_to_shared<4>(stats(s), p.rstd + row);
+      if (lane == 1 && has_mean) copy_to_shared<4>(stats(s) + 1, p.mean + row);
+    }
+    cp_async_commit();
+  };
+
+  float acc_w[ITERS][VEC], acc_b[ITERS][VEC];
+#pragma unroll
+  for (int k = 0; k < ITERS; ++k)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc_w[k][i] = acc_b[k][i] = 0.f;
+  const float inv_h = 1.f / float(h);
+
+  for (int s = 0; s < S - 1; ++s) issue(slot + s * num_slots, s);
+  int cur = 0;  // stage holding `row`
+  // Every thread of a row group runs the same number of iterations (uniform __syncthreads in row_sum2).
+  for (int64_t row = slot; row < p.rows; row += num_slots) {
+    // The stage refilled here was consumed in the previous iteration: this thread's own reads of it fed the
+    // stores already issued, and the other lanes' reads of the statistics precede this barrier.
+    __syncwarp();
+    issue(row + int64_t(S - 1) * num_slots, cur == 0 ? S - 1 : cur - 1);
+    cp_async_wait(S - 1);
+    __syncwarp();  // makes lanes 0/1's statistics copies visible to the warp
+    const float rs = stats(cur)[0], mu = has_mean ? stats(cur)[1] : 0.f;
+    float sum_g = 0.f, sum_gx = 0.f;
+#pragma unroll
+    for (int k = 0; k < ITERS; ++k) {
+      const int j = tid + k * tpr;
+      if (j < nvec) {
+        const V xv = *tile(cur, 0, k), dv = *tile(cur, 1, k);
+        float wv[VEC];
+        load_vec<VEC>(w + j * VEC, wv);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float dyv = to_f(dv.v[i]), xh = (to_f(xv.v[i]) - mu) * rs, g = dyv * wv[i];
+          sum_g += g;
+          sum_gx += g * xh;
+          acc_w[k][i] += dyv * xh;
+          if constexpr (kBias) acc_b[k][i] += dyv;
+        }
+      }
+    }
+    const float2 s2 = row_sum2(sum_g, sum_gx, red);
+    const float mean_g = has_mean ? s2.x * inv_h : 0.f, mean_gx = s2.y * inv_h;
+    T* dx = static_cast<T*>(p.dx) + row * h;
+#pragma unroll
+    for (int k = 0; k < ITERS; ++k) {
+      const int j = tid + k * tpr;
+      if (j < nvec) {
+        const V xv = *tile(cur, 0, k), dv = *tile(cur, 1, k);
+        float wv[VEC], out[VEC];
+        load_vec<VEC>(w + j * VEC, wv);
+        V dr{};
+        if (has_dres) dr = *tile(cur, 2, k);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float xh = (to_f(xv.v[i]) - mu) * rs;
+          out[i] = rs * (to_f(dv.v[i]) * wv[i] - mean_g - xh * mean_gx) + (has_dres ? to_f(dr.v[i]) : 0.f);
+        }
+        store_vec<VEC>(dx + j * VEC, out);
+      }
+    }
+    cur = cur + 1 == S ? 0 : cur + 1;
+  }
+  cp_async_wait(0);  // only empty groups can be pending here
+  float* dw_part = p.dw_part + slot * h;
+  float* db_part = kBias ? p.db_part + slot * h : nullptr;
+#pragma unroll
+  for (int k = 0; k < ITERS; ++k) {
+    const int j = tid + k * tpr;
+    if (j < nvec) {
+      if constexpr (VEC % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+          *reinterpret_cast<float4*>(dw_part + j * VEC + i) =
+              make_float4(acc_w[k][i], acc_w[k][i + 1], acc_w[k][i + 2], acc_w[k][i + 3]);
+          if constexpr (kBias)
+            *reinterpret_cast<float4*>(db_part + j * VEC + i) =
+                make_float4(acc_b[k][i], acc_b[k][i + 1], acc_b[k][i + 2], acc_b[k][i + 3]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          dw_part[j * VEC + i] = acc_w[k][i];
+          if constexpr (kBias) db_part[j * VEC + i] = acc_b[k][i];
+        }
+      }
+    }
+  }
+}
+
+// Wide rows (more than kBwdCap elements per thread): partials accumulate in this slot's scratch row; each
+// column belongs to one thread. x and dy are read twice (the second time mostly from L2).
+template <class T, class W, int VEC, bool kBias>
+__global__ void __launch_bounds__(512) norm_bwd_uncached_kernel(BwdParams p) {
   __shared__ float2 smem[32];
   const int h = p.h, nvec = h / VEC;
   const int64_t slot = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -207,150 +376,74 @@ __global__ void __launch_bounds__(512, (ITERS > 0 && ITERS * VEC <= 8) ? 2 : 1) 
   float* dw_part = p.dw_part + slot * h;
   float* db_part = kBias ? p.db_part + slot * h : nullptr;
   const float inv_h = 1.f / float(h);
-
-  if constexpr (ITERS > 0) {
-    // Between the passes x stays in registers in its storage type (half the registers of fp32 for bf16/f16;
-    // xhat is recomputed) and g = dy * w in fp32.
-    Vec<T, VEC> xr[ITERS], dyr[ITERS];
-    float g[ITERS][VEC];
-    // dweight/dbias partials of this thread's columns live in dynamic shared memory (registers would cap
-    // occupancy), laid out thread-fastest, [k][i][threadIdx.x], so a warp's accesses are conflict-free.
-    // Each entry belongs to one thread: no synchronisation needed.
-    extern __shared__ float acc_smem[];
-    const int acc_size = ITERS * VEC * blockDim.x;
-    float* acc_w = acc_smem + threadIdx.y * acc_size * (kBias ? 2 : 1);
-    float* acc_b = acc_w + acc_size;
-    auto acc_at = [&](int k, int i) { return (k * VEC + i) * int(blockDim.x) + int(threadIdx.x); };
+  for (int j = threadIdx.x; j < nvec; j += blockDim.x)
 #pragma unroll
-    for (int k = 0; k < ITERS; ++k)
+    for (int i = 0; i < VEC; ++i) {
+      dw_part[j * VEC + i] = 0.f;
+      if constexpr (kBias) db_part[j * VEC + i] = 0.f;
+    }
+  for (int64_t row = slot; row < p.rows; row += num_slots) {
+    const int64_t base = row * h;
+    const T* x = static_cast<const T*>(p.x) + base;
+    const T* dy = static_cast<const T*>(p.dy) + base;
+    const float mu = p.mean != nullptr ? p.mean[row] : 0.f, rs = p.rstd[row];
+    float sum_g = 0.f, sum_gx = 0.f;
+    for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+      float xv[VEC], dyv[VEC], wv[VEC];
+      load_vec<VEC>(x + j * VEC, xv);
+      load_vec<VEC>(dy + j * VEC, dyv);
+      load_vec<VEC>(w + j * VEC, wv);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        acc_w[acc_at(k, i)] = 0.f;
-        if constexpr (kBias) acc_b[acc_at(k, i)] = 0.f;
-      }
-    // Every thread of a row group runs the same number of iterations (uniform __syncthreads).
-    for (int64_t row = slot; row < p.rows; row += num_slots) {
-      const int64_t base = row * h;
-      const T* x = static_cast<const T*>(p.x) + base;
-      const T* dy = static_cast<const T*>(p.dy) + base;
-      const float mu = p.mean != nullptr ? p.mean[row] : 0.f, rs = p.rstd[row];
-#pragma unroll
-      for (int k = 0; k < ITERS; ++k) {
-        const int j = threadIdx.x + k * blockDim.x;
-        if (j < nvec) {
-          xr[k] = *reinterpret_cast<const Vec<T, VEC>*>(x + j * VEC);
-          dyr[k] = *reinterpret_cast<const Vec<T, VEC>*>(dy + j * VEC);
-        }
-      }
-      float sum_g = 0.f, sum_gx = 0.f;
-#pragma unroll
-      for (int k = 0; k < ITERS; ++k) {
-        const int j = threadIdx.x + k * blockDim.x;
-        if (j < nvec) {
-          float wv[VEC];
-          load_vec<VEC>(w + j * VEC, wv);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const float dyv = to_f(dyr[k].v[i]), xh = (to_f(xr[k].v[i]) - mu) * rs;
-            g[k][i] = dyv * wv[i];
-            sum_g += g[k][i];
-            sum_gx += g[k][i] * xh;
-            acc_w[acc_at(k, i)] += dyv * xh;
-            if constexpr (kBias) acc_b[acc_at(k, i)] += dyv;
-          }
-        }
-      }
-      const float2 s = row_sum2(sum_g, sum_gx, smem);
-      const float mean_g = p.mean != nullptr ? s.x * inv_h : 0.f, mean_gx = s.y * inv_h;
-      T* dx = static_cast<T*>(p.dx) + base;
-      const T* dres = p.dresidual != nullptr ? static_cast<const T*>(p.dresidual) + base : nullptr;
-#pragma unroll
-      for (int k = 0; k < ITERS; ++k) {
-        const int j = threadIdx.x + k * blockDim.x;
-        if (j < nvec) {
-          float out[VEC], dr[VEC];
-          if (dres != nullptr) load_vec<VEC>(dres + j * VEC, dr);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const float xh = (to_f(xr[k].v[i]) - mu) * rs;
-            out[i] = rs * (g[k][i] - mean_g - xh * mean_gx) + (dres != nullptr ? dr[i] : 0.f);
-          }
-          store_vec<VEC>(dx + j * VEC, out);
-        }
+        const float xh = (xv[i] - mu) * rs, gi = dyv[i] * wv[i];
+        sum_g += gi;
+        sum_gx += gi * xh;
+        dw_part[j * VEC + i] += dyv[i] * xh;
+        if constexpr (kBias) db_part[j * VEC + i] += dyv[i];
       }
     }
-#pragma unroll
-    for (int k = 0; k < ITERS; ++k) {
-      const int j = threadIdx.x + k * blockDim.x;
-      if (j < nvec) {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          dw_part[j * VEC + i] = acc_w[acc_at(k, i)];
-          if constexpr (kBias) db_part[j * VEC + i] = acc_b[acc_at(k, i)];
-        }
-      }
-    }
-  } else {
-    // Wide rows: partials accumulate in this slot's scratch row; each column belongs to one thread.
-    for (int j = threadIdx.x; j < nvec; j += blockDim.x)
+    const float2 s = row_sum2(sum_g, sum_gx, smem);
+    const float mean_g = p.mean != nullptr ? s.x * inv_h : 0.f, mean_gx = s.y * inv_h;
+    T* dx = static_cast<T*>(p.dx) + base;
+    const T* dres = p.dresidual != nullptr ? static_cast<const T*>(p.dresidual) + base : nullptr;
+    for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+      float xv[VEC], dyv[VEC], wv[VEC], dr[VEC], out[VEC];
+      load_vec<VEC>(x + j * VEC, xv);
+      load_vec<VEC>(dy + j * VEC, dyv);
+      load_vec<VEC>(w + j * VEC, wv);
+      if (dres != nullptr) load_vec<VEC>(dres + j * VEC, dr);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        dw_part[j * VEC + i] = 0.f;
-        if constexpr (kBias) db_part[j * VEC + i] = 0.f;
+        const float xh = (xv[i] - mu) * rs, gi = dyv[i] * wv[i];
+        out[i] = rs * (gi - mean_g - xh * mean_gx) + (dres != nullptr ? dr[i] : 0.f);
       }
-    for (int64_t row = slot; row < p.rows; row += num_slots) {
-      const int64_t base = row * h;
-      const T* x = static_cast<const T*>(p.x) + base;
-      const T* dy = static_cast<const T*>(p.dy) + base;
-      const float mu = p.mean != nullptr ? p.mean[row] : 0.f, rs = p.rstd[row];
-      float sum_g = 0.f, sum_gx = 0.f;
-      for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
-        float xv[VEC], dyv[VEC], wv[VEC];
-        load_vec<VEC>(x + j * VEC, xv);
-        load_vec<VEC>(dy + j * VEC, dyv);
-        load_vec<VEC>(w + j * VEC, wv);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float xh = (xv[i] - mu) * rs, gi = dyv[i] * wv[i];
-          sum_g += gi;
-          sum_gx += gi * xh;
-          dw_part[j * VEC + i] += dyv[i] * xh;
-          if constexpr (kBias) db_part[j * VEC + i] += dyv[i];
-        }
-      }
-      const float2 s = row_sum2(sum_g, sum_gx, smem);
-      const float mean_g = p.mean != nullptr ? s.x * inv_h : 0.f, mean_gx = s.y * inv_h;
-      T* dx = static_cast<T*>(p.dx) + base;
-      const T* dres = p.dresidual != nullptr ? static_cast<const T*>(p.dresidual) + base : nullptr;
-      for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
-        float xv[VEC], dyv[VEC], wv[VEC], dr[VEC], out[VEC];
-        load_vec<VEC>(x + j * VEC, xv);
-        load_vec<VEC>(dy + j * VEC, dyv);
-        load_vec<VEC>(w + j * VEC, wv);
-        if (dres != nullptr) load_vec<VEC>(dres + j * VEC, dr);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float xh = (xv[i] - mu) * rs, gi = dyv[i] * wv[i];
-          out[i] = rs * (gi - mean_g - xh * mean_gx) + (dres != nullptr ? dr[i] : 0.f);
-        }
-        store_vec<VEC>(dx + j * VEC, out);
-      }
+      store_vec<VEC>(dx + j * VEC, out);
     }
   }
 }
 
 // out[c] (+)= sum over slots of part[s, c], summed in a fixed order. blockIdx.y selects (dweight, dbias).
-constexpr int kColTile = 32, kSlotLanes = 16;
-__global__ void column_sum_kernel(float* out0, const float* part0, float* out1, const float* part1, int64_t slots,
-                                  int h, bool accumulate) {
+// Each thread keeps four independent partial sums so that four loads are in flight.
+constexpr int kColTile = 32, kSlotLanes = 32;
+__global__ void __launch_bounds__(kColTile * kSlotLanes) column_sum_kernel(float* out0, const float* part0, float* out1,
+                                                                          const float* part1, int64_t slots, int h,
+                                                                          bool accumulate) {
   __shared__ float acc[kSlotLanes][kColTile + 1];
   float* out = blockIdx.y == 0 ? out0 : out1;
   const float* part = blockIdx.y == 0 ? part0 : part1;
   const int col = blockIdx.x * kColTile + threadIdx.x;
-  float s = 0.f;
-  if (col < h)
-    for (int64_t r = threadIdx.y; r < slots; r += kSlotLanes) s += part[r * h + col];
-  acc[threadIdx.y][threadIdx.x] = s;
+  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+  if (col < h) {
+    int64_t r = threadIdx.y;
+    for (; r + 3 * kSlotLanes < slots; r += 4 * kSlotLanes) {
+      s0 += part[r * h + col];
+      s1 += part[(r + kSlotLanes) * h + col];
+      s2 += part[(r + 2 * kSlotLanes) * h + col];
+      s3 += part[(r + 3 * kSlotLanes) * h + col];
+    }
+    for (; r < slots; r += kSlotLanes) s0 += part[r * h + col];
+  }
+  acc[threadIdx.y][threadIdx.x] = (s0 + s1) + (s2 + s3);
   __syncthreads();
   if (threadIdx.y == 0 && col < h) {
     float t = 0.f;
@@ -423,6 +516,9 @@ void dispatch_types(DType x, DType w, Fn&& fn) {
 
 constexpr int kFwdTarget = 16, kFwdCap = 32;  // elements per thread: row-group sizing, register cache bound
 constexpr int kBwdTarget = 8, kBwdCap = 16;
+// Backward row-cached kernel: partials (dweight [+ dbias]) per thread that still allow two blocks per SM, and
+// the shared memory per SM its pipeline stages may take.
+constexpr int kBwdRegPartials = 16, kBwdSmemPerSm = 192 * 1024;
 
 }  // namespace
 
@@ -461,12 +557,13 @@ void norm_backward(Context& ctx, bool rms, const Tensor& dx, const Tensor& dweig
   MEGATRON_CHECK(h64 <= INT32_MAX / 2, "norm_backward: hidden size ", h64, " too large");
   const int h = int(h64);
   cudaStream_t stream = ctx.stream();
-  const int sms = ctx.cuda_libraries().properties.multiProcessorCount;
   BwdParams p{dx.data_ptr(), nullptr, nullptr, dy.data_ptr(), x.data_ptr(), weight.data_ptr(),
               rms ? nullptr : static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()),
               dresidual.defined() ? dresidual.data_ptr() : nullptr, rows, h};
   Tensor dw_part, db_part;
   int64_t slots = 0;
+  const cudaDeviceProp& prop = ctx.cuda_libraries().properties;
+  const bool bias = dbias.defined();
   dispatch_types(x.dtype(), weight.dtype(), [&]<class T, class W>() {
     constexpr int kVec = 16 / sizeof(T);
     const size_t vb = kVec * sizeof(T), wb = kVec * sizeof(W);
@@ -474,30 +571,54 @@ void norm_backward(Context& ctx, bool rms, const Tensor& dx, const Tensor& dweig
                         aligned(p.dresidual, vb) && aligned(p.weight, wb);
     const Plan pl = make_plan(h, vec_ok ? kVec : 1, kBwdTarget, kBwdCap);
     dim3 block(pl.threads_per_row, pl.rows_per_block);
-    dispatch_plan<kVec, kBwdCap>(pl, [&]<int VEC, int ITERS>() {
-      auto kernel = dbias.defined() ? norm_bwd_kernel<T, W, VEC, ITERS, true> : norm_bwd_kernel<T, W, VEC, ITERS, false>;
-      const int smem_bytes = ITERS * VEC * int(block.x * block.y) * (dbias.defined() ? 2 : 1) * int(sizeof(float));
+    const int64_t groups = (rows + pl.rows_per_block - 1) / pl.rows_per_block;
+    // Persistent grid: as many blocks as fit (at most one per row group), one partials row per slot.
+    auto launch = [&](auto kernel, int smem_bytes) {
       if (smem_bytes > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
       int per_sm = 0;
       CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(block.x * block.y), smem_bytes));
-      const int64_t groups = (rows + pl.rows_per_block - 1) / pl.rows_per_block;
-      const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(groups, int64_t(sms) * std::max(per_sm, 1)));
+      const int64_t blocks =
+          std::max<int64_t>(1, std::min<int64_t>(groups, int64_t(prop.multiProcessorCount) * std::max(per_sm, 1)));
       slots = blocks * pl.rows_per_block;
       dw_part = ctx.empty(Shape{slots, h64}, DType::F32);
       p.dw_part = static_cast<float*>(dw_part.data_ptr());
-      if (dbias.defined()) {
+      if (bias) {
         db_part = ctx.empty(Shape{slots, h64}, DType::F32);
         p.db_part = static_cast<float*>(db_part.data_ptr());
       }
       kernel<<<dim3(unsigned(blocks)), block, smem_bytes, stream>>>(p);
       CUDA_CHECK_MSG(cudaGetLastError(), " after launching norm_bwd_kernel (rows ", rows, ", hidden ", h, ", ",
-                     dtype_name(x.dtype()), ")");
+                     dtype_name(x.dtype()), ", ", pl.iters, "x", pl.vec, " per thread, ", p.stages, " stages)");
+    };
+    dispatch_plan<kVec, kBwdCap>(pl, [&]<int VEC, int ITERS>() {
+      if constexpr (ITERS == 0) {
+        launch(bias ? norm_bwd_uncached_kernel<T, W, VEC, true> : norm_bwd_uncached_kernel<T, W, VEC, false>, 0);
+      } else {
+        // Two blocks per SM (64 registers per thread) while the register partials are few, else one. Scalar
+        // vectors (VEC == 1) with many iterations need the extra registers for their addresses.
+        constexpr int kMinB1 = ITERS * VEC <= kBwdRegPartials && ITERS <= 8 ? 2 : 1;
+        constexpr int kMinB2 = 2 * ITERS * VEC <= kBwdRegPartials && ITERS <= 8 ? 2 : 1;
+        auto kernel = bias ? norm_bwd_kernel<T, W, VEC, ITERS, true, kMinB2>
+                           : norm_bwd_kernel<T, W, VEC, ITERS, false, kMinB1>;
+        const int min_blocks = bias ? kMinB2 : kMinB1;
+        const int stage_bytes = int(block.y) * bwd_stage_bytes(p.dresidual != nullptr ? 3 : 2, ITERS, int(block.x),
+                                                               int(sizeof(Vec<T, VEC>)));
+        const int max_bytes = int(prop.sharedMemPerBlockOptin) - 1024;  // leave room for the static reduction buffer
+        int stages = std::clamp(kBwdSmemPerSm / (min_blocks * stage_bytes), 2, kMaxStages);
+        while (stages > 1 && stages * stage_bytes > max_bytes) --stages;
+        MEGATRON_CHECK(stages * stage_bytes <= max_bytes, "norm_backward: a pipeline stage of ", stage_bytes,
+                       " bytes does not fit in shared memory (hidden ", h, ")");
+        p.stages = stages;
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        int(cudaSharedmemCarveoutMaxShared)));
+        launch(kernel, stages * stage_bytes);
+      }
     });
   });
-  dim3 grid(unsigned((h + kColTile - 1) / kColTile), dbias.defined() ? 2 : 1);
+  dim3 grid(unsigned((h + kColTile - 1) / kColTile), bias ? 2 : 1);
   column_sum_kernel<<<grid, dim3(kColTile, kSlotLanes), 0, stream>>>(
-      static_cast<float*>(dweight.data_ptr()), p.dw_part, dbias.defined() ? static_cast<float*>(dbias.data_ptr()) : nullptr,
+      static_cast<float*>(dweight.data_ptr()), p.dw_part, bias ? static_cast<float*>(dbias.data_ptr()) : nullptr,
       p.db_part, slots, h, accumulate_weight_grads);
   CUDA_CHECK_MSG(cudaGetLastError(), " after launching column_sum_kernel (slots ", slots, ", hidden ", h, ")");
 }
