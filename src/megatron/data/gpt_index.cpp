@@ -1,0 +1,142 @@
+#include "megatron/data/gpt_index.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "megatron/core/error.h"
+
+namespace megatron::data {
+
+int64_t count_tokens(std::span<const int32_t> sequence_lengths, SequenceRange sequences) {
+  int64_t total = 0;
+  for (int64_t i = sequences.begin; i < sequences.end; ++i) total += sequence_lengths[static_cast<size_t>(i)];
+  return total;
+}
+
+int64_t num_epochs_for(int64_t tokens_per_epoch, std::optional<int64_t> num_samples, int64_t sequence_length,
+                       bool add_extra_token) {
+  if (!num_samples) return 1;
+  const int64_t requested = *num_samples * sequence_length + (add_extra_token ? 1 : 0);
+  if (tokens_per_epoch >= requested) return 1;
+  MEGATRON_CHECK(tokens_per_epoch > 0, "no tokens per epoch but ", requested, " requested");
+  return (requested + tokens_per_epoch - 1) / tokens_per_epoch;
+}
+
+std::vector<int32_t> build_document_index(SequenceRange sequences, int64_t num_epochs, NumpyRandomState& random,
+                                          bool separate_final_epoch) {
+  if (!separate_final_epoch || num_epochs == 1) {
+    std::vector<int32_t> index(static_cast<size_t>(num_epochs * sequences.size()));
+    size_t at = 0;
+    for (int64_t e = 0; e < num_epochs; ++e)
+      for (int64_t s = sequences.begin; s < sequences.end; ++s) index[at++] = static_cast<int32_t>(s);
+    random.shuffle(std::span<int32_t>(index));
+    return index;
+  }
+  auto first = build_document_index(sequences, num_epochs - 1, random, false);
+  auto last = build_document_index(sequences, 1, random, false);
+  first.insert(first.end(), last.begin(), last.end());
+  return first;
+}
+
+std::vector<int64_t> build_sample_index(std::span<const int32_t> sequence_lengths,
+                                        std::span<const int32_t> document_index, int64_t sequence_length,
+                                        int64_t num_epochs, int64_t tokens_per_epoch,
+                                        bool drop_last_partial_sequence, bool add_extra_token) {
+  const int64_t extra = add_extra_token ? 1 : 0;
+  int64_t num_samples = 0;
+  if (drop_last_partial_sequence) {
+    num_samples = (num_epochs * tokens_per_epoch - extra) / sequence_length;
+  } else {  // helpers.cpp computes this ceil in single precision
+    num_samples = static_cast<int64_t>(
+        std::ceil(static_cast<float>(num_epochs * tokens_per_epoch - extra) / static_cast<float>(sequence_length)));
+  }
+  std::vector<int64_t> index(static_cast<size_t>(2 * (num_samples + 1)));
+  const int64_t last_document = static_cast<int64_t>(document_index.size()) - 1;
+  int64_t document = 0;  // position in document_index
+  int64_t offset = 0;    // token offset in that document
+  index[0] = 0;
+  index[1] = 0;
+  for (int64_t sample = 1; sample <= num_samples; ++sample) {
+    int64_t remaining = sequence_length + extra;
+    while (remaining != 0) {
+      const int64_t length = sequence_lengths[static_cast<size_t>(document_index[static_cast<size_t>(document)])] - offset;
+      remaining -= length;
+      if (remaining <= 0) {
+        offset += remaining + length - extra;
+        remaining = 0;
+      } else {
+        if (document == last_document) {  // only reached when the last partial sample is kept
+          offset = sequence_lengths[static_cast<size_t>(document_index[static_cast<size_t>(document)])] - extra;
+          break;
+        }
+        ++document;
+        offset = 0;
+      }
+    }
+    index[static_cast<size_t>(2 * sample)] = document;
+    index[static_cast<size_t>(2 * sample + 1)] = offset;
+  }
+  return index;
+}
+
+std::vector<int64_t> build_shuffle_index(int64_t num_samples, int64_t total_size, NumpyRandomState& random) {
+  std::vector<int64_t> index(static_cast<size_t>(total_size));
+  std::iota(index.begin(), index.end(), int64_t{0});
+  random.shuffle(std::span<int64_t>(index.data(), static_cast<size_t>(num_samples)));
+  if (num_samples != total_size)
+    random.shuffle(std::span<int64_t>(index.data() + num_samples, static_cast<size_t>(total_size - num_samples)));
+  return index;
+}
+
+GptIndices build_gpt_indices(const GptIndexRequest& request, const std::string& what) {
+  const int64_t seq = request.sequence_length;
+  const int64_t extra = request.add_extra_token_to_sequence ? 1 : 0;
+  MEGATRON_CHECK(seq > 0, what, ": sequence length must be positive, found ", seq);
+  MEGATRON_CHECK(request.sequences.begin >= 0 && request.sequences.begin <= request.sequences.end &&
+                     request.sequences.end <= static_cast<int64_t>(request.sequence_lengths.size()),
+                 what, ": sequence range [", request.sequences.begin, ", ", request.sequences.end,
+                 ") outside the dataset's ", request.sequence_lengths.size(), " sequences");
+  GptIndices out;
+  out.tokens_per_epoch = count_tokens(request.sequence_lengths, request.sequences);
+  if (out.tokens_per_epoch <= extra) {
+    MEGATRON_CHECK(request.num_samples.has_value() && *request.num_samples == 0, what, ": the split holds ",
+                   request.sequences.size(), " sequences (", out.tokens_per_epoch, " tokens, sequences [",
+                   request.sequences.begin, ", ", request.sequences.end, ") of ", request.sequence_lengths.size(),
+                   ") but ", request.num_samples ? std::to_string(*request.num_samples) : std::string("one epoch of"),
+                   " samples of ", seq, " tokens were requested; give this split a larger share (--split) or ",
+                   "use a larger corpus");
+    out.sample_index = {0, 0};  // an empty dataset: nothing was asked of an empty split
+    out.num_epochs = 0;
+    return out;
+  }
+  out.num_epochs = num_epochs_for(out.tokens_per_epoch, request.num_samples, seq, request.add_extra_token_to_sequence);
+
+  int64_t samples_sans_final_epoch = 0;
+  if (out.num_epochs > 1) {
+    samples_sans_final_epoch = ((out.num_epochs - 1) * out.tokens_per_epoch - extra) / seq;
+    const int64_t from_final_epoch = *request.num_samples - samples_sans_final_epoch;
+    const int64_t per_epoch = (out.tokens_per_epoch - extra) / seq;
+    MEGATRON_CHECK(from_final_epoch >= 0 && from_final_epoch <= per_epoch + 1, what,
+                   ": inconsistent epoch arithmetic: ", from_final_epoch, " samples from the final epoch, ", per_epoch,
+                   " per epoch");
+    out.separate_final_epoch = from_final_epoch < static_cast<int64_t>(0.80 * static_cast<double>(per_epoch));
+  }
+
+  NumpyRandomState random(request.random_seed);
+  out.document_index = build_document_index(request.sequences, out.num_epochs, random, out.separate_final_epoch);
+  int64_t max_length = 0;
+  for (int32_t length : request.sequence_lengths) max_length = std::max<int64_t>(max_length, length);
+  out.sample_index_is_int64 = std::max<int64_t>(static_cast<int64_t>(out.document_index.size()), max_length) >
+                              std::numeric_limits<int32_t>::max();
+  out.sample_index = build_sample_index(request.sequence_lengths, out.document_index, seq, out.num_epochs,
+                                        out.tokens_per_epoch, request.drop_last_partial_sequence,
+                                        request.add_extra_token_to_sequence);
+  const int64_t total = out.num_samples();
+  out.shuffle_index_is_int64 = total >= static_cast<int64_t>(std::numeric_limits<uint32_t>::max()) - 1;
+  out.shuffle_index = build_shuffle_index(out.separate_final_epoch ? samples_sans_final_epoch : total, total, random);
+  return out;
+}
+
+}  // namespace megatron::data
