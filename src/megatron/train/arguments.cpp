@@ -1,0 +1,140 @@
+#include "megatron/train/arguments.h"
+
+#include <set>
+
+#include "megatron/core/error.h"
+
+namespace megatron::train {
+
+int Arguments::data_parallel_size() const {
+  int model_parallel = parallel.tensor_model_parallel_size * parallel.pipeline_model_parallel_size *
+                       parallel.context_parallel_size;
+  return model_parallel > 0 ? parallel.world_size / model_parallel : 0;
+}
+
+int Arguments::padded_vocab_size() const {
+  int multiple = model.make_vocab_size_divisible_by * parallel.tensor_model_parallel_size;
+  if (multiple <= 0) return model.vocab_size;
+  return (model.vocab_size + multiple - 1) / multiple * multiple;
+}
+
+void resolve(Arguments& a) {
+  ModelArguments& m = a.model;
+  if (m.ffn_hidden_size == 0) {
+    // Megatron: SwiGLU has two input projections, so 2/3 of 4h keeps the parameter count; rounded down
+    // to a multiple of 64.
+    m.ffn_hidden_size = m.swiglu ? int((4.0 * m.hidden_size * 2 / 3) / 64) * 64 : 4 * m.hidden_size;
+  }
+  // Derived only when the heads divide the hidden size; otherwise --kv-channels must be given.
+  if (m.kv_channels == 0 && m.num_attention_heads > 0 && m.hidden_size % m.num_attention_heads == 0)
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  // --num-query-groups N selects grouped-query attention; --group-query-attention alone means Megatron's
+  // default of one group (MQA).
+  if (m.num_query_groups == 0) m.num_query_groups = m.group_query_attention ? 1 : m.num_attention_heads;
+  if (m.max_position_embeddings == 0) m.max_position_embeddings = m.seq_length;
+  TrainingArguments& t = a.training;
+  if (t.global_batch_size == 0) t.global_batch_size = t.micro_batch_size * std::max(1, a.data_parallel_size());
+  if (t.lr_decay_iters == 0) t.lr_decay_iters = t.train_iters;
+}
+
+std::vector<std::string> constraint_violations(const Arguments& a) {
+  std::vector<std::string> v;
+  auto need = [&](bool ok, auto&&... parts) {
+    if (!ok) v.push_back(str_cat(parts...));
+  };
+  const ModelArguments& m = a.model;
+  const TrainingArguments& t = a.training;
+  const ParallelArguments& p = a.parallel;
+  const int tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size, cp = p.context_parallel_size;
+
+  need(m.num_layers > 0, "--num-layers must be set to a positive value (got ", m.num_layers, ")");
+  need(m.hidden_size > 0, "--hidden-size must be set to a positive value (got ", m.hidden_size, ")");
+  need(m.num_attention_heads > 0, "--num-attention-heads must be set to a positive value (got ", m.num_attention_heads, ")");
+  need(m.seq_length > 0, "--seq-length must be set to a positive value (got ", m.seq_length, ")");
+  need(t.train_iters > 0, "--train-iters must be set to a positive value (got ", t.train_iters, ")");
+  need(t.lr > 0, "--lr must be set to a positive value (got ", t.lr, ")");
+  need(t.micro_batch_size > 0, "--micro-batch-size must be positive (got ", t.micro_batch_size, ")");
+  if (m.num_attention_heads > 0 && m.hidden_size > 0) {
+    need(m.kv_channels > 0, "--hidden-size ", m.hidden_size, " must be divisible by --num-attention-heads ",
+         m.num_attention_heads, " (or give --kv-channels)");
+    need(m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups == 0, "--num-attention-heads ",
+         m.num_attention_heads, " must be divisible by --num-query-groups ", m.num_query_groups);
+  }
+  need(m.ffn_hidden_size > 0, "--ffn-hidden-size must be positive (got ", m.ffn_hidden_size, ")");
+  static const std::set<std::string> positions = {"learned_absolute", "rope", "none"};
+  need(positions.count(m.position_embedding_type), "--position-embedding-type '", m.position_embedding_type,
+       "' must be one of learned_absolute, rope, none");
+  if (m.position_embedding_type == "learned_absolute")
+    need(m.max_position_embeddings >= m.seq_length, "--max-position-embeddings ", m.max_position_embeddings,
+         " must be >= --seq-length ", m.seq_length, " with learned absolute positions");
+  need(m.rotary_percent > 0 && m.rotary_percent <= 1, "--rotary-percent ", m.rotary_percent, " must be in (0, 1]");
+  if (m.position_embedding_type == "rope" && m.kv_channels > 0)
+    need(int(m.kv_channels * m.rotary_percent) % 2 == 0, "--rotary-percent ", m.rotary_percent, " of kv channels ",
+         m.kv_channels, " must give an even number of rotated channels");
+  need(m.normalization == "LayerNorm" || m.normalization == "RMSNorm", "--normalization '", m.normalization,
+       "' must be LayerNorm or RMSNorm");
+  need(m.norm_epsilon > 0, "--norm-epsilon must be positive (got ", m.norm_epsilon, ")");
+  need(m.attention_dropout >= 0 && m.attention_dropout < 1, "--attention-dropout ", m.attention_dropout, " must be in [0, 1)");
+  need(m.hidden_dropout >= 0 && m.hidden_dropout < 1, "--hidden-dropout ", m.hidden_dropout, " must be in [0, 1)");
+  need(m.init_method_std > 0, "--init-method-std must be positive (got ", m.init_method_std, ")");
+  need(m.make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be positive (got ",
+       m.make_vocab_size_divisible_by, ")");
+
+  static const std::set<std::string> decay = {"constant", "linear", "cosine", "inverse-square-root", "WSD"};
+  need(decay.count(t.lr_decay_style), "--lr-decay-style '", t.lr_decay_style,
+       "' must be one of constant, linear, cosine, inverse-square-root, WSD");
+  need(t.min_lr <= t.lr, "--min-lr ", t.min_lr, " must not exceed --lr ", t.lr);
+  need(t.lr_warmup_iters <= t.lr_decay_iters || t.lr_decay_style == "constant", "--lr-warmup-iters ",
+       t.lr_warmup_iters, " must not exceed --lr-decay-iters ", t.lr_decay_iters);
+  need(!(t.bf16 && t.fp16), "--bf16 and --fp16 are mutually exclusive");
+  need(t.device == "auto" || t.device == "cpu" || t.device == "cuda", "--device '", t.device, "' must be auto, cpu or cuda");
+  need(t.log_interval > 0, "--log-interval must be positive (got ", t.log_interval, ")");
+  need(t.eval_iters == 0 || t.eval_interval > 0, "--eval-interval must be positive when --eval-iters ", t.eval_iters, " > 0");
+
+  need(tp > 0 && pp > 0 && cp > 0 && p.expert_model_parallel_size > 0, "parallel sizes must be positive (TP ", tp,
+       ", PP ", pp, ", CP ", cp, ", EP ", p.expert_model_parallel_size, ")");
+  if (tp > 0 && pp > 0 && cp > 0) {
+    need(p.world_size % (tp * pp * cp) == 0, "world size ", p.world_size,
+         " must be divisible by --tensor-model-parallel-size ", tp, " x --pipeline-model-parallel-size ", pp,
+         " x --context-parallel-size ", cp, " = ", tp * pp * cp);
+    need(m.num_attention_heads % tp == 0, "--num-attention-heads ", m.num_attention_heads,
+         " must be divisible by --tensor-model-parallel-size ", tp);
+    need(m.num_query_groups % tp == 0, "--num-query-groups ", m.num_query_groups,
+         " must be divisible by --tensor-model-parallel-size ", tp);
+    need(m.hidden_size % tp == 0, "--hidden-size ", m.hidden_size, " must be divisible by --tensor-model-parallel-size ", tp);
+    need(m.ffn_hidden_size % tp == 0, "--ffn-hidden-size ", m.ffn_hidden_size,
+         " must be divisible by --tensor-model-parallel-size ", tp);
+    need(m.num_layers % pp == 0, "--num-layers ", m.num_layers, " must be divisible by --pipeline-model-parallel-size ", pp);
+    if (p.sequence_parallel)
+      need(m.seq_length % tp == 0, "--seq-length ", m.seq_length, " must be divisible by --tensor-model-parallel-size ",
+           tp, " with --sequence-parallel");
+    if (cp > 1)
+      need(m.seq_length % (2 * cp) == 0, "--seq-length ", m.seq_length, " must be divisible by 2 x --context-parallel-size ",
+           cp, " = ", 2 * cp);
+    int dp = a.data_parallel_size();
+    if (dp > 0 && t.micro_batch_size > 0)
+      need(t.global_batch_size % (t.micro_batch_size * dp) == 0, "--global-batch-size ", t.global_batch_size,
+           " must be divisible by --micro-batch-size ", t.micro_batch_size, " x data-parallel size ", dp, " = ",
+           t.micro_batch_size * dp);
+  }
+  if (p.overlap_param_gather)
+    need(p.use_distributed_optimizer, "--overlap-param-gather needs --use-distributed-optimizer");
+
+  const DataArguments& d = a.data;
+  need(d.mock_data || !d.data_path.empty(), "either --data-path or --mock-data is required");
+  need(!(d.mock_data && !d.data_path.empty()), "--mock-data and --data-path are mutually exclusive");
+  if (d.mock_data && d.tokenizer_type.empty())
+    need(m.vocab_size > 0, "--mock-data without a tokenizer needs --vocab-size");
+  return v;
+}
+
+void resolve_and_validate(Arguments& args) {
+  resolve(args);
+  std::vector<std::string> v = constraint_violations(args);
+  if (v.empty()) return;
+  std::string text = str_cat("invalid configuration (", v.size(), v.size() == 1 ? " problem" : " problems", "):");
+  for (const std::string& s : v) text += "\n  - " + s;
+  throw Error(text);
+}
+
+}  // namespace megatron::train

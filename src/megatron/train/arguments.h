@@ -1,0 +1,117 @@
+// The resolved configuration of a training run, in Megatron-LM's terms. Field names follow the flags
+// (--hidden-size -> hidden_size); defaults are Megatron's (megatron/training/arguments.py), so a user's
+// script means the same thing here. Parsing lives in flags.h, cross-field rules in validate().
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace megatron::train {
+
+struct ModelArguments {
+  int num_layers = 0;
+  int hidden_size = 0;
+  int num_attention_heads = 0;
+  int num_query_groups = 0;          // 0 = num_attention_heads (MHA); set by --num-query-groups
+  bool group_query_attention = false;
+  int ffn_hidden_size = 0;           // 0 = 4 * hidden_size, or Megatron's SwiGLU default (see resolve())
+  int kv_channels = 0;               // 0 = hidden_size / num_attention_heads
+  int seq_length = 0;
+  int max_position_embeddings = 0;   // 0 = seq_length
+  std::string position_embedding_type = "learned_absolute";  // learned_absolute | rope | none
+  double rotary_percent = 1.0;
+  double rotary_base = 10000;
+  bool swiglu = false;
+  std::string normalization = "LayerNorm";  // LayerNorm | RMSNorm
+  double norm_epsilon = 1e-5;
+  bool untie_embeddings_and_output_weights = false;
+  bool disable_bias_linear = false;
+  double attention_dropout = 0.1;
+  double hidden_dropout = 0.1;
+  double init_method_std = 0.02;
+  int make_vocab_size_divisible_by = 128;
+  int vocab_size = 0;                // from the tokenizer, or --vocab-size (mock data / NullTokenizer)
+};
+
+struct TrainingArguments {
+  int micro_batch_size = 1;
+  int global_batch_size = 0;         // 0 = micro_batch_size * data_parallel_size
+  int64_t train_iters = 0;
+  double lr = 0;
+  double min_lr = 0;
+  std::string lr_decay_style = "linear";  // constant | linear | cosine | inverse-square-root | WSD
+  int64_t lr_warmup_iters = 0;
+  int64_t lr_decay_iters = 0;        // 0 = train_iters
+  double weight_decay = 0.01;
+  double clip_grad = 1.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  int64_t seed = 1234;
+  bool bf16 = false;
+  bool fp16 = false;
+  double loss_scale = 0;             // 0 = dynamic (fp16)
+  double initial_loss_scale = 4294967296.0;
+  bool deterministic_mode = false;
+  std::string device = "auto";       // auto | cpu | cuda
+  int log_interval = 100;
+  int64_t eval_interval = 1000;
+  int64_t eval_iters = 100;
+  int64_t exit_interval = 0;
+  double exit_duration_in_mins = 0;
+};
+
+struct ParallelArguments {
+  int tensor_model_parallel_size = 1;
+  int pipeline_model_parallel_size = 1;
+  int context_parallel_size = 1;
+  int expert_model_parallel_size = 1;
+  bool sequence_parallel = false;
+  bool use_distributed_optimizer = false;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  int world_size = 1;                // from the launcher (MPI), not a flag
+};
+
+struct DataArguments {
+  std::vector<std::string> data_path;  // "[weight] prefix" pairs as typed
+  std::string split = "969, 30, 1";
+  bool mock_data = false;
+  std::string tokenizer_type;
+  std::string vocab_file;
+  std::string merge_file;
+  std::string tokenizer_model;
+  std::string data_cache_path;
+};
+
+struct CheckpointArguments {
+  std::string save;
+  std::string load;
+  int64_t save_interval = 0;
+};
+
+struct Arguments {
+  ModelArguments model;
+  TrainingArguments training;
+  ParallelArguments parallel;
+  DataArguments data;
+  CheckpointArguments checkpoint;
+
+  int data_parallel_size() const;
+  int padded_vocab_size() const;  // vocab_size rounded up to make_vocab_size_divisible_by * TP
+};
+
+// Fills the derived defaults (ffn size, kv channels, query groups, max positions, global batch, decay
+// iters) the way Megatron does. Idempotent.
+void resolve(Arguments& args);
+
+// Every violated cross-field constraint, one sentence each naming the flags and their values; empty when
+// the configuration is valid. Call after resolve().
+std::vector<std::string> constraint_violations(const Arguments& args);
+
+// resolve() then throws megatron::Error listing every violation at once.
+void resolve_and_validate(Arguments& args);
+
+}  // namespace megatron::train

@@ -1,0 +1,300 @@
+#include "megatron/train/flags.h"
+
+#include <algorithm>
+#include <charconv>
+#include <functional>
+#include <sstream>
+
+#include "megatron/core/error.h"
+
+namespace megatron::train {
+namespace {
+
+// One flag: how to store a value into Arguments and read it back for printing.
+struct FlagSpec {
+  std::string name;  // "--hidden-size"
+  bool takes_value = true;
+  bool takes_list = false;
+  std::vector<std::string> choices;
+  std::string help;
+  // Stores `value` (empty for switches); returns an error text or "".
+  std::function<std::string(Arguments&, const std::string& value)> set;
+  std::function<std::string(const Arguments&)> get;
+};
+
+template <class T>
+std::string parse_number(const std::string& text, T& out) {
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if constexpr (std::is_floating_point_v<T>) {
+    // from_chars for double is in libstdc++ 11+; strtod keeps scientific notation like 3.0e-4 simple.
+    char* stop = nullptr;
+    errno = 0;
+    double v = std::strtod(text.c_str(), &stop);
+    if (text.empty() || stop != text.c_str() + text.size() || errno == ERANGE) return "a number";
+    out = T(v);
+    return "";
+  } else {
+    auto [ptr, ec] = std::from_chars(begin, end, out);
+    if (ec != std::errc() || ptr != end) return "an integer";
+    return "";
+  }
+}
+
+template <class Group, class T>
+FlagSpec flag(std::string name, Group Arguments::*group, T Group::*field, std::string help,
+              std::vector<std::string> choices = {}) {
+  FlagSpec f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.choices = std::move(choices);
+  if constexpr (std::is_same_v<T, bool>) {
+    f.takes_value = false;
+    f.set = [group, field](Arguments& a, const std::string&) {
+      (a.*group).*field = true;
+      return std::string();
+    };
+    f.get = [group, field](const Arguments& a) { return std::string((a.*group).*field ? "True" : "False"); };
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    f.set = [group, field](Arguments& a, const std::string& v) {
+      (a.*group).*field = v;
+      return std::string();
+    };
+    f.get = [group, field](const Arguments& a) { return (a.*group).*field; };
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    f.takes_list = true;
+    f.set = [group, field](Arguments& a, const std::string& v) {
+      ((a.*group).*field).push_back(v);
+      return std::string();
+    };
+    f.get = [group, field](const Arguments& a) {
+      std::string s;
+      for (const auto& x : (a.*group).*field) s += (s.empty() ? "" : " ") + x;
+      return s;
+    };
+  } else {
+    f.set = [group, field](Arguments& a, const std::string& v) {
+      T parsed{};
+      std::string expected = parse_number(v, parsed);
+      if (!expected.empty()) return str_cat("expects ", expected, ", got '", v, "'");
+      (a.*group).*field = parsed;
+      return std::string();
+    };
+    f.get = [group, field](const Arguments& a) { return str_cat((a.*group).*field); };
+  }
+  return f;
+}
+
+const std::vector<FlagSpec>& flag_table() {
+  using A = Arguments;
+  using M = ModelArguments;
+  using T = TrainingArguments;
+  using P = ParallelArguments;
+  using D = DataArguments;
+  using C = CheckpointArguments;
+  static const std::vector<FlagSpec> table = {
+      // model
+      flag("--num-layers", &A::model, &M::num_layers, "transformer layers"),
+      flag("--hidden-size", &A::model, &M::hidden_size, "model width h"),
+      flag("--num-attention-heads", &A::model, &M::num_attention_heads, "attention heads"),
+      flag("--num-query-groups", &A::model, &M::num_query_groups, "key/value groups (GQA); 1 = MQA"),
+      flag("--group-query-attention", &A::model, &M::group_query_attention, "use grouped-query attention"),
+      flag("--ffn-hidden-size", &A::model, &M::ffn_hidden_size, "MLP width (default 4h, or 8h/3 rounded to 64 with SwiGLU)"),
+      flag("--kv-channels", &A::model, &M::kv_channels, "per-head width (default h / heads)"),
+      flag("--seq-length", &A::model, &M::seq_length, "tokens per sample"),
+      flag("--max-position-embeddings", &A::model, &M::max_position_embeddings, "learned positions (default seq length)"),
+      flag("--position-embedding-type", &A::model, &M::position_embedding_type, "position encoding",
+           {"learned_absolute", "rope", "none"}),
+      flag("--rotary-percent", &A::model, &M::rotary_percent, "fraction of each head rotated by RoPE"),
+      flag("--rotary-base", &A::model, &M::rotary_base, "RoPE base"),
+      flag("--swiglu", &A::model, &M::swiglu, "SwiGLU MLP"),
+      flag("--normalization", &A::model, &M::normalization, "norm layer", {"LayerNorm", "RMSNorm"}),
+      flag("--norm-epsilon", &A::model, &M::norm_epsilon, "norm epsilon"),
+      flag("--untie-embeddings-and-output-weights", &A::model, &M::untie_embeddings_and_output_weights,
+           "separate output layer"),
+      flag("--disable-bias-linear", &A::model, &M::disable_bias_linear, "no biases in linear layers"),
+      flag("--attention-dropout", &A::model, &M::attention_dropout, "dropout on attention probabilities"),
+      flag("--hidden-dropout", &A::model, &M::hidden_dropout, "dropout on the residual branches"),
+      flag("--init-method-std", &A::model, &M::init_method_std, "std of the normal initialisation"),
+      flag("--make-vocab-size-divisible-by", &A::model, &M::make_vocab_size_divisible_by, "vocab padding multiple (x TP)"),
+      flag("--vocab-size", &A::model, &M::vocab_size, "vocabulary size (mock data / NullTokenizer)"),
+      // training
+      flag("--micro-batch-size", &A::training, &T::micro_batch_size, "samples per micro-batch"),
+      flag("--global-batch-size", &A::training, &T::global_batch_size, "samples per iteration (all ranks)"),
+      flag("--train-iters", &A::training, &T::train_iters, "iterations to train"),
+      flag("--lr", &A::training, &T::lr, "peak learning rate"),
+      flag("--min-lr", &A::training, &T::min_lr, "learning rate floor"),
+      flag("--lr-decay-style", &A::training, &T::lr_decay_style, "schedule",
+           {"constant", "linear", "cosine", "inverse-square-root", "WSD"}),
+      flag("--lr-warmup-iters", &A::training, &T::lr_warmup_iters, "linear warmup iterations"),
+      flag("--lr-decay-iters", &A::training, &T::lr_decay_iters, "decay length (default train iters)"),
+      flag("--weight-decay", &A::training, &T::weight_decay, "AdamW weight decay"),
+      flag("--clip-grad", &A::training, &T::clip_grad, "global gradient-norm clip"),
+      flag("--adam-beta1", &A::training, &T::adam_beta1, "Adam beta1"),
+      flag("--adam-beta2", &A::training, &T::adam_beta2, "Adam beta2"),
+      flag("--adam-eps", &A::training, &T::adam_eps, "Adam epsilon"),
+      flag("--seed", &A::training, &T::seed, "random seed"),
+      flag("--bf16", &A::training, &T::bf16, "bf16 parameters, fp32 master weights"),
+      flag("--fp16", &A::training, &T::fp16, "fp16 with loss scaling"),
+      flag("--loss-scale", &A::training, &T::loss_scale, "static loss scale (fp16; default dynamic)"),
+      flag("--initial-loss-scale", &A::training, &T::initial_loss_scale, "first dynamic loss scale"),
+      flag("--deterministic-mode", &A::training, &T::deterministic_mode, "bit-identical runs"),
+      flag("--device", &A::training, &T::device, "where to train", {"auto", "cpu", "cuda"}),
+      flag("--log-interval", &A::training, &T::log_interval, "iterations between log lines"),
+      flag("--eval-interval", &A::training, &T::eval_interval, "iterations between evaluations"),
+      flag("--eval-iters", &A::training, &T::eval_iters, "iterations per evaluation"),
+      flag("--exit-interval", &A::training, &T::exit_interval, "stop at an iteration multiple of this"),
+      flag("--exit-duration-in-mins", &A::training, &T::exit_duration_in_mins, "stop after this many minutes"),
+      // parallelism
+      flag("--tensor-model-parallel-size", &A::parallel, &P::tensor_model_parallel_size, "TP"),
+      flag("--pipeline-model-parallel-size", &A::parallel, &P::pipeline_model_parallel_size, "PP"),
+      flag("--context-parallel-size", &A::parallel, &P::context_parallel_size, "CP"),
+      flag("--expert-model-parallel-size", &A::parallel, &P::expert_model_parallel_size, "EP"),
+      flag("--sequence-parallel", &A::parallel, &P::sequence_parallel, "shard norms/dropout along the sequence"),
+      flag("--use-distributed-optimizer", &A::parallel, &P::use_distributed_optimizer, "shard optimizer state over DP"),
+      flag("--overlap-grad-reduce", &A::parallel, &P::overlap_grad_reduce, "reduce gradients during backward"),
+      flag("--overlap-param-gather", &A::parallel, &P::overlap_param_gather, "gather parameters during forward"),
+      // data
+      flag("--data-path", &A::data, &D::data_path, "[weight] prefix pairs"),
+      flag("--split", &A::data, &D::split, "train,valid,test proportions"),
+      flag("--mock-data", &A::data, &D::mock_data, "synthetic data"),
+      flag("--tokenizer-type", &A::data, &D::tokenizer_type, "tokenizer",
+           {"GPT2BPETokenizer", "HuggingFaceTokenizer", "TikTokenizer", "SentencePieceTokenizer", "NullTokenizer"}),
+      flag("--vocab-file", &A::data, &D::vocab_file, "vocab.json"),
+      flag("--merge-file", &A::data, &D::merge_file, "merges.txt"),
+      flag("--tokenizer-model", &A::data, &D::tokenizer_model, "tokenizer model file"),
+      flag("--data-cache-path", &A::data, &D::data_cache_path, "where dataset indices are cached"),
+      // checkpoints
+      flag("--save", &A::checkpoint, &C::save, "checkpoint directory to write"),
+      flag("--load", &A::checkpoint, &C::load, "checkpoint directory to read"),
+      flag("--save-interval", &A::checkpoint, &C::save_interval, "iterations between checkpoints"),
+  };
+  return table;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+std::string nearest_flag(const std::string& unknown) {
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const FlagSpec& f : flag_table()) {
+    size_t d = edit_distance(unknown, f.name);
+    if (d < best_distance) best_distance = d, best = f.name;
+  }
+  return best_distance <= std::max<size_t>(3, unknown.size() / 3) ? best : "";
+}
+
+Arguments parse_arguments(const std::vector<std::string>& argv) {
+  Arguments args;
+  std::vector<std::string> problems;
+  const auto& table = flag_table();
+  for (size_t i = 0; i < argv.size(); ++i) {
+    std::string token = argv[i];
+    if (token.rfind("--", 0) != 0) {
+      problems.push_back(str_cat("unexpected argument '", token, "' (flags start with --)"));
+      continue;
+    }
+    std::string name = token, inline_value;
+    bool has_inline = false;
+    if (size_t eq = token.find('='); eq != std::string::npos) {
+      name = token.substr(0, eq);
+      inline_value = token.substr(eq + 1);
+      has_inline = true;
+    }
+    auto it = std::find_if(table.begin(), table.end(), [&](const FlagSpec& f) { return f.name == name; });
+    if (it == table.end()) {
+      std::string near = nearest_flag(name);
+      problems.push_back(str_cat("unknown flag ", name, near.empty() ? "" : str_cat("; did you mean ", near, "?")));
+      // Skip the values that follow an unknown flag.
+      while (i + 1 < argv.size() && argv[i + 1].rfind("--", 0) != 0) ++i;
+      continue;
+    }
+    const FlagSpec& f = *it;
+    std::vector<std::string> values;
+    if (!f.takes_value) {
+      if (has_inline) problems.push_back(str_cat(name, " is a switch and takes no value (got '", inline_value, "')"));
+    } else if (has_inline) {
+      values.push_back(inline_value);
+    } else {
+      while (i + 1 < argv.size() && (argv[i + 1].rfind("--", 0) != 0 || argv[i + 1].size() == 2)) {
+        values.push_back(argv[++i]);
+        if (!f.takes_list) break;
+      }
+      if (values.empty()) {
+        problems.push_back(str_cat(name, " needs a value"));
+        continue;
+      }
+    }
+    if (!f.takes_value) values.push_back("");
+    for (const std::string& v : values) {
+      if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), v) == f.choices.end()) {
+        std::string set;
+        for (const auto& c : f.choices) set += (set.empty() ? "" : ", ") + c;
+        problems.push_back(str_cat(name, " '", v, "' is not one of {", set, "}"));
+        continue;
+      }
+      std::string error = f.set(args, v);
+      if (!error.empty()) problems.push_back(str_cat(name, " ", error));
+    }
+  }
+  if (!problems.empty()) {
+    std::string text = str_cat("invalid command line (", problems.size(), problems.size() == 1 ? " problem" : " problems", "):");
+    for (const auto& p : problems) text += "\n  - " + p;
+    throw Error(text);
+  }
+  return args;
+}
+
+std::string flags_help() {
+  std::ostringstream os;
+  Arguments defaults;
+  for (const FlagSpec& f : flag_table()) {
+    os << "  " << f.name;
+    if (f.takes_value) os << (f.takes_list ? " VALUE..." : " VALUE");
+    os << "\n      " << f.help;
+    if (!f.choices.empty()) {
+      os << " {";
+      for (size_t i = 0; i < f.choices.size(); ++i) os << (i ? ", " : "") << f.choices[i];
+      os << "}";
+    }
+    std::string d = f.get(defaults);
+    if (f.takes_value && !d.empty() && d != "0") os << " (default " << d << ")";
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::string describe_arguments(const Arguments& args) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const FlagSpec& f : flag_table()) {
+    std::string key = f.name.substr(2);
+    std::replace(key.begin(), key.end(), '-', '_');
+    rows.emplace_back(key, f.get(args));
+  }
+  rows.emplace_back("world_size", std::to_string(args.parallel.world_size));
+  rows.emplace_back("data_parallel_size", std::to_string(args.data_parallel_size()));
+  rows.emplace_back("padded_vocab_size", std::to_string(args.padded_vocab_size()));
+  std::sort(rows.begin(), rows.end());
+  std::ostringstream os;
+  os << "------------------------ arguments ------------------------\n";
+  for (const auto& [k, v] : rows) {
+    std::string dots(std::max<int>(3, 48 - int(k.size())), '.');
+    os << "  " << k << " " << dots << " " << v << "\n";
+  }
+  os << "-------------------- end of arguments ---------------------\n";
+  return os.str();
+}
+
+}  // namespace megatron::train

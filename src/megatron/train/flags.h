@@ -1,0 +1,28 @@
+// Megatron-LM's command line: `--hidden-size 768`, `--hidden-size=768`, `--bf16`, `--data-path 0.7 A 0.3 B`.
+//
+// Contract: parse_arguments() reads every flag into Arguments and reports *all* problems at once in one
+// megatron::Error: an unknown flag names the nearest known one ("did you mean --hidden-size?"), a value
+// that does not parse names the flag, the text and the expected type, a choice outside its set lists the
+// set. Derived defaults and cross-field constraints are resolve_and_validate()'s job (arguments.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "megatron/train/arguments.h"
+
+namespace megatron::train {
+
+// argv without the program name.
+Arguments parse_arguments(const std::vector<std::string>& args);
+
+// All known flags with their help text and defaults, for --help.
+std::string flags_help();
+
+// Megatron's start-of-run print: every argument by flag name and value, sorted.
+std::string describe_arguments(const Arguments& args);
+
+// The known flag closest to `unknown` (edit distance), or "" when none is close.
+std::string nearest_flag(const std::string& unknown);
+
+}  // namespace megatron::train

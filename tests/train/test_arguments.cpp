@@ -1,0 +1,136 @@
+// Megatron's command line: parsing, nearest-flag suggestions, derived defaults, every violated constraint
+// reported at once, vocabulary padding, and the FLOPs formula against an independent count.
+#include <gtest/gtest.h>
+
+#include "harness.h"
+#include "megatron/train/flags.h"
+#include "megatron/train/flops.h"
+
+namespace megatron::train {
+namespace {
+
+using ::megatron::testing::expect_error;
+
+std::vector<std::string> gpt2_small() {
+  return {"--num-layers", "12", "--hidden-size", "768", "--num-attention-heads", "12", "--seq-length", "1024",
+          "--max-position-embeddings", "1024", "--micro-batch-size", "8", "--global-batch-size", "64",
+          "--train-iters", "100", "--lr", "6.0e-4", "--min-lr=6e-5", "--lr-decay-style", "cosine", "--bf16",
+          "--mock-data", "--vocab-size", "50257", "--data-path"};
+}
+
+TEST(Flags, ParsesMegatronFlagsAndResolvesDefaults) {
+  std::vector<std::string> argv = gpt2_small();
+  argv.pop_back();  // no --data-path with --mock-data
+  Arguments a = parse_arguments(argv);
+  resolve_and_validate(a);
+  EXPECT_EQ(a.model.hidden_size, 768);
+  EXPECT_DOUBLE_EQ(a.training.lr, 6e-4);
+  EXPECT_DOUBLE_EQ(a.training.min_lr, 6e-5);
+  EXPECT_TRUE(a.training.bf16);
+  EXPECT_EQ(a.model.ffn_hidden_size, 4 * 768);
+  EXPECT_EQ(a.model.kv_channels, 64);
+  EXPECT_EQ(a.model.num_query_groups, 12);
+  EXPECT_EQ(a.training.lr_decay_iters, 100);
+  EXPECT_EQ(a.padded_vocab_size(), 50304);  // 50257 rounded up to 128
+}
+
+TEST(Flags, SwigluDefaultFfnAndGqa) {
+  Arguments a = parse_arguments({"--num-layers", "16", "--hidden-size", "2048", "--num-attention-heads", "16",
+                                 "--num-query-groups", "8", "--swiglu", "--seq-length", "2048", "--train-iters", "10",
+                                 "--lr", "3e-4", "--mock-data", "--vocab-size", "32000"});
+  resolve_and_validate(a);
+  EXPECT_EQ(a.model.ffn_hidden_size, 5440);  // int(4 * 2048 * 2 / 3 / 64) * 64, Megatron's rule
+  EXPECT_EQ(a.model.num_query_groups, 8);
+  a.parallel.tensor_model_parallel_size = 4;
+  a.parallel.world_size = 4;
+  EXPECT_EQ(a.padded_vocab_size(), 32256);  // multiple of 128 * TP = 512
+}
+
+TEST(Flags, UnknownFlagSuggestsTheNearestAndAllProblemsAreListed) {
+  expect_error([] { parse_arguments({"--hiden-size", "768", "--num-layers", "x", "--lr-decay-style", "cosin"}); },
+               {"3 problems", "unknown flag --hiden-size; did you mean --hidden-size?",
+                "--num-layers expects an integer, got 'x'", "--lr-decay-style 'cosin' is not one of {constant, linear, cosine"});
+  expect_error([] { parse_arguments({"--bf16=yes"}); }, {"--bf16 is a switch"});
+  expect_error([] { parse_arguments({"--lr"}); }, {"--lr needs a value"});
+  EXPECT_EQ(nearest_flag("--tensor-parallel-size"), "--tensor-model-parallel-size");
+  EXPECT_EQ(nearest_flag("--completely-different-thing-here"), "");
+}
+
+TEST(Flags, DataPathTakesWeightsAndPrefixes) {
+  Arguments a = parse_arguments({"--data-path", "0.7", "a/x_text_document", "0.3", "b/y_text_document", "--split", "98,2,0"});
+  ASSERT_EQ(a.data.data_path.size(), 4u);
+  EXPECT_EQ(a.data.data_path[1], "a/x_text_document");
+  EXPECT_EQ(a.data.split, "98,2,0");
+}
+
+TEST(Validate, EveryViolatedConstraintAtOnce) {
+  Arguments a = parse_arguments({"--num-layers", "10", "--hidden-size", "1000", "--num-attention-heads", "12",
+                                 "--seq-length", "1023", "--train-iters", "5", "--lr", "1e-4", "--min-lr", "1e-3",
+                                 "--bf16", "--fp16", "--tensor-model-parallel-size", "8",
+                                 "--pipeline-model-parallel-size", "3", "--sequence-parallel", "--micro-batch-size", "3",
+                                 "--global-batch-size", "10", "--mock-data", "--vocab-size", "100"});
+  a.parallel.world_size = 48;
+  resolve(a);
+  std::vector<std::string> v = constraint_violations(a);
+  auto has = [&](const std::string& s) {
+    for (const auto& x : v)
+      if (x.find(s) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("--hidden-size 1000 must be divisible by --num-attention-heads 12"));
+  EXPECT_TRUE(has("--min-lr 0.001 must not exceed --lr 0.0001"));
+  EXPECT_TRUE(has("--bf16 and --fp16 are mutually exclusive"));
+  EXPECT_TRUE(has("--num-attention-heads 12 must be divisible by --tensor-model-parallel-size 8"));
+  EXPECT_TRUE(has("--num-layers 10 must be divisible by --pipeline-model-parallel-size 3"));
+  EXPECT_TRUE(has("--seq-length 1023 must be divisible by --tensor-model-parallel-size 8 with --sequence-parallel"));
+  EXPECT_TRUE(has("--global-batch-size 10 must be divisible by --micro-batch-size 3 x data-parallel size 2 = 6"));
+  EXPECT_GE(v.size(), 7u);
+  expect_error([&] { resolve_and_validate(a); }, {"invalid configuration", "problems", "--bf16 and --fp16"});
+}
+
+TEST(Validate, ValidConfigurationHasNoViolations) {
+  std::vector<std::string> argv = gpt2_small();
+  argv.pop_back();
+  Arguments a = parse_arguments(argv);
+  a.parallel.world_size = 8;
+  resolve(a);
+  EXPECT_TRUE(constraint_violations(a).empty());
+  std::string d = describe_arguments(a);
+  EXPECT_NE(d.find("hidden_size"), std::string::npos);
+  EXPECT_NE(d.find("data_parallel_size"), std::string::npos);
+}
+
+// Independent count: 2 FLOPs per multiply-add of every weight matrix per token, x3 for forward+backward, plus
+// attention's two batched products (QK^T and PV) with the causal half counted.
+double flops_by_layer_shapes(const Arguments& a, int64_t batch) {
+  const ModelArguments& m = a.model;
+  double tokens = double(batch) * m.seq_length;
+  double q = double(m.hidden_size) * m.num_attention_heads * m.kv_channels;
+  double kv = 2.0 * m.hidden_size * m.num_query_groups * m.kv_channels;
+  double proj = double(m.num_attention_heads) * m.kv_channels * m.hidden_size;
+  double mlp_in = double(m.hidden_size) * m.ffn_hidden_size * (m.swiglu ? 2 : 1);
+  double mlp_out = double(m.ffn_hidden_size) * m.hidden_size;
+  double per_layer_weights = q + kv + proj + mlp_in + mlp_out;
+  double logits = double(m.hidden_size) * a.padded_vocab_size();
+  double matmul = 3 * 2 * tokens * (m.num_layers * per_layer_weights + logits);
+  double attention = 3 * 2 * 2 * double(batch) * m.num_attention_heads * double(m.seq_length) * m.seq_length *
+                     m.kv_channels * m.num_layers / 2;
+  return matmul + attention;
+}
+
+TEST(Flops, MegatronFormulaEqualsAnIndependentCount) {
+  for (bool swiglu : {false, true}) {
+    Arguments a = parse_arguments({"--num-layers", "16", "--hidden-size", "2048", "--num-attention-heads", "16",
+                                   "--num-query-groups", "8", "--seq-length", "2048", "--train-iters", "1", "--lr", "1",
+                                   "--mock-data", "--vocab-size", "32000"});
+    a.model.swiglu = swiglu;
+    a.model.ffn_hidden_size = 5632;
+    resolve_and_validate(a);
+    double ours = num_floating_point_operations(a, 32);
+    double independent = flops_by_layer_shapes(a, 32);
+    EXPECT_NEAR(ours / independent, 1.0, 1e-12) << "swiglu " << swiglu;
+  }
+}
+
+}  // namespace
+}  // namespace megatron::train
