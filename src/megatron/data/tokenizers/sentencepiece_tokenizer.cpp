@@ -1,0 +1,40 @@
+#include "megatron/data/tokenizers/sentencepiece_tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include "megatron/core/error.h"
+#include "megatron/data/tokenizers/utf8.h"
+
+namespace megatron::data {
+
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file)
+    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+  const auto status = sp_->Load(model_file);
+  MEGATRON_CHECK(status.ok(), "SentencePieceTokenizer: cannot load ", model_file, ": ", status.ToString());
+}
+
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = sp_->Encode(sanitize_utf8(text), &ids);
+  MEGATRON_CHECK(status.ok(), "SentencePieceTokenizer::encode: ", status.ToString());
+  return {ids.begin(), ids.end()};
+}
+
+std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) const {
+  for (int32_t id : ids)
+    MEGATRON_CHECK(id >= 0 && id < sp_->GetPieceSize(), "SentencePieceTokenizer::decode: id ", id, " outside [0, ",
+                   sp_->GetPieceSize(), ")");
+  std::string out;
+  const auto status = sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &out);
+  MEGATRON_CHECK(status.ok(), "SentencePieceTokenizer::decode: ", status.ToString());
+  return out;
+}
+
+int64_t SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+int32_t SentencePieceTokenizer::bos() const { return sp_->bos_id(); }
+int32_t SentencePieceTokenizer::eos() const { return sp_->eos_id(); }
+int32_t SentencePieceTokenizer::pad() const { return sp_->pad_id(); }
+
+}  // namespace megatron::data
