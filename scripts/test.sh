@@ -30,7 +30,7 @@ configure_build_test() {  # dir, extra cmake args...
   (cd "$dir" && ctest -LE gpu --output-on-failure -j "$JOBS")
 }
 
-configure_build_test "$BUILD_DIR"
+configure_build_test "$BUILD_DIR" -DMEGATRON_TOKENIZERS=ON
 if [ "${SKIP_CPU_ONLY:-0}" != "1" ] && grep -q "CUDA backend ON" "$BUILD_DIR.configure.log"; then
-  configure_build_test "$BUILD_DIR-cpu-only" -DMEGATRON_CUDA=OFF
+  configure_build_test "$BUILD_DIR-cpu-only" -DMEGATRON_CUDA=OFF -DMEGATRON_TOKENIZERS=ON
 fi
