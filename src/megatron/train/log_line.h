@@ -1,0 +1,35 @@
+// Megatron's per-iteration log line (megatron/training/training.py, training_log), character for character,
+// so scripts that parse Megatron logs read ours:
+//  [2026-11-22 10:00:00] iteration      100/    1000 | consumed samples:         6400 | elapsed time per
+//  iteration (ms): 512.3 | throughput per GPU (TFLOP/s/GPU): 401.2 | tokens per second per GPU: 123456 |
+//  learning rate: 3.000000E-04 | global batch size:    64 | lm loss: 5.123456E+00 | loss scale: 1.0 |
+//  grad norm: 0.812 | number of skipped iterations:   0 | number of nan iterations:   0 |
+// (one line). "tokens per second per GPU" is ours; Megatron users asked for it and parsers skip unknown keys.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace megatron::train {
+
+struct IterationLog {
+  std::string timestamp;  // "2026-11-22 10:00:00"; empty = now (local time)
+  int64_t iteration = 0;
+  int64_t train_iters = 0;
+  int64_t consumed_samples = 0;
+  double seconds_per_iteration = 0;
+  std::optional<double> tflops_per_gpu;
+  std::optional<double> tokens_per_second_per_gpu;
+  double learning_rate = 0;
+  int64_t global_batch_size = 0;
+  double lm_loss = 0;
+  double loss_scale = 1.0;
+  std::optional<double> grad_norm;  // absent when the iteration was skipped
+  int64_t skipped_iterations = 0;
+  int64_t nan_iterations = 0;
+};
+
+std::string format_log_line(const IterationLog& log);
+
+}  // namespace megatron::train

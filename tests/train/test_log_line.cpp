@@ -1,0 +1,46 @@
+// The log line must be Megatron's, character for character (the example from ../shared/MEGATRON-COMPAT.md, which
+// was taken from Megatron's format strings), so existing log parsers keep working.
+#include <gtest/gtest.h>
+
+#include "megatron/train/log_line.h"
+
+namespace megatron::train {
+namespace {
+
+TEST(LogLine, MatchesMegatronsFormat) {
+  IterationLog l;
+  l.timestamp = "2026-11-22 10:00:00";
+  l.iteration = 100;
+  l.train_iters = 1000;
+  l.consumed_samples = 6400;
+  l.seconds_per_iteration = 0.5123;
+  l.tflops_per_gpu = 401.2;
+  l.learning_rate = 3e-4;
+  l.global_batch_size = 64;
+  l.lm_loss = 5.123456;
+  l.loss_scale = 1.0;
+  l.grad_norm = 0.812;
+  EXPECT_EQ(format_log_line(l),
+            " [2026-11-22 10:00:00] iteration      100/    1000 | consumed samples:         6400 |"
+            " elapsed time per iteration (ms): 512.3 | throughput per GPU (TFLOP/s/GPU): 401.2 |"
+            " learning rate: 3.000000E-04 | global batch size:    64 | lm loss: 5.123456E+00 | loss scale: 1.0 |"
+            " grad norm: 0.812 | number of skipped iterations:   0 | number of nan iterations:   0 |");
+}
+
+TEST(LogLine, TokensPerSecondAndSkippedIterationWithoutGradNorm) {
+  IterationLog l;
+  l.timestamp = "t";
+  l.iteration = 7;
+  l.train_iters = 7;
+  l.tokens_per_second_per_gpu = 123456.4;
+  l.skipped_iterations = 2;
+  l.nan_iterations = 1;
+  std::string s = format_log_line(l);
+  EXPECT_NE(s.find(" tokens per second per GPU: 123456 |"), std::string::npos) << s;
+  EXPECT_EQ(s.find("grad norm"), std::string::npos) << s;
+  EXPECT_NE(s.find(" number of skipped iterations:   2 | number of nan iterations:   1 |"), std::string::npos) << s;
+  EXPECT_NE(s.find("iteration        7/       7 |"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace megatron::train
