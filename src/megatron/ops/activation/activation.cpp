@@ -1,6 +1,7 @@
 #include "megatron/ops/activation/activation.h"
 
 #include "megatron/ops/activation/cpu.h"
+#include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
 
 #if MEGATRON_WITH_CUDA
@@ -20,13 +21,7 @@ void pointwise_forward(const char* op_name, Context& ctx, cpu::Pointwise op, con
   check.device(ctx, {{"y", y}, {"x", x}});
   check_dtype(check, ctx, "x", x);
   check.shape("y", y, x.shape()).dtype("y", y, x.dtype());
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::pointwise_forward(ctx, op, y, x);
-#endif
-  } else {
-    cpu::pointwise_forward(op, y, x);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::pointwise_forward(ctx, op, y, x), cpu::pointwise_forward(op, y, x));
 }
 
 void pointwise_backward(const char* op_name, Context& ctx, cpu::Pointwise op, const Tensor& dx, const Tensor& dy,
@@ -36,13 +31,7 @@ void pointwise_backward(const char* op_name, Context& ctx, cpu::Pointwise op, co
   check_dtype(check, ctx, "x", x);
   check.shape("dy", dy, x.shape()).dtype("dy", dy, x.dtype());
   check.shape("dx", dx, x.shape()).dtype("dx", dx, x.dtype());
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::pointwise_backward(ctx, op, dx, dy, x);
-#endif
-  } else {
-    cpu::pointwise_backward(op, dx, dy, x);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::pointwise_backward(ctx, op, dx, dy, x), cpu::pointwise_backward(op, dx, dy, x));
 }
 
 // The [..., F] shape of SwiGLU's output for x [..., 2F].
@@ -74,13 +63,7 @@ void swiglu_forward(Context& ctx, const Tensor& y, const Tensor& x) {
   check.device(ctx, {{"y", y}, {"x", x}});
   check_dtype(check, ctx, "x", x);
   check.shape("y", y, swiglu_out_shape(check, x)).dtype("y", y, x.dtype());
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::swiglu_forward(ctx, y, x);
-#endif
-  } else {
-    cpu::swiglu_forward(y, x);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::swiglu_forward(ctx, y, x), cpu::swiglu_forward(y, x));
 }
 
 void swiglu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
@@ -89,13 +72,7 @@ void swiglu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Ten
   check_dtype(check, ctx, "x", x);
   check.shape("dy", dy, swiglu_out_shape(check, x)).dtype("dy", dy, x.dtype());
   check.shape("dx", dx, x.shape()).dtype("dx", dx, x.dtype());
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::swiglu_backward(ctx, dx, dy, x);
-#endif
-  } else {
-    cpu::swiglu_backward(dx, dy, x);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::swiglu_backward(ctx, dx, dy, x), cpu::swiglu_backward(dx, dy, x));
 }
 
 }  // namespace megatron::ops

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "megatron/ops/attention/cpu.h"
+#include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
 
 #if MEGATRON_WITH_CUDA
@@ -51,13 +52,9 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& stats, con
   check_scale(check, options);
   if (q.numel() == 0) return;
   float scale = attention_scale(options, d.D);
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::attention_forward(ctx, out, stats, q, k, v, options.causal, scale);
-#endif
-  } else {
-    cpu::attention_forward(out, stats, q, k, v, options.causal, scale);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::attention_forward(ctx, out, stats, q, k, v, options.causal, scale),
+                    cpu::attention_forward(out, stats, q, k, v, options.causal, scale));
 }
 
 void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
@@ -74,14 +71,9 @@ void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   check_scale(check, options);
   if (q.numel() == 0) return;
   float scale = attention_scale(options, d.D);
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale,
-                             options.deterministic);
-#endif
-  } else {
-    cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale, options.deterministic),
+                    cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale));
 }
 
 }  // namespace megatron::ops

@@ -1,6 +1,7 @@
 #include "megatron/ops/cross_entropy/cross_entropy.h"
 
 #include "megatron/ops/cross_entropy/cpu.h"
+#include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
 
 #if MEGATRON_WITH_CUDA
@@ -41,13 +42,9 @@ void cross_entropy_forward(Context& ctx, const Tensor& losses, const Tensor& lse
   check_stat_dtype(check, ctx, "lse", lse, logits.dtype());
   check.shape("losses", losses, Shape{logits.dim(0)}).shape("lse", lse, Shape{logits.dim(0)});
   if (logits.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::cross_entropy_forward(ctx, losses, lse, logits, targets);
-#endif
-  } else {
-    cpu::cross_entropy_forward(losses, lse, logits, targets);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::cross_entropy_forward(ctx, losses, lse, logits, targets),
+                    cpu::cross_entropy_forward(losses, lse, logits, targets));
 }
 
 void cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& dlosses, const Tensor& logits,
@@ -64,13 +61,9 @@ void cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& d
              dlogits.describe(), " overlaps logits ", logits.describe(),
              " without being the same tensor (only exact in-place aliasing is supported)");
   if (logits.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::cross_entropy_backward(ctx, dlogits, dlosses, logits, targets, lse);
-#endif
-  } else {
-    cpu::cross_entropy_backward(dlogits, dlosses, logits, targets, lse);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::cross_entropy_backward(ctx, dlogits, dlosses, logits, targets, lse),
+                    cpu::cross_entropy_backward(dlogits, dlosses, logits, targets, lse));
 }
 
 void masked_mean_loss(Context& ctx, const Tensor& out, const Tensor& losses, const Tensor& loss_mask) {
@@ -80,13 +73,9 @@ void masked_mean_loss(Context& ctx, const Tensor& out, const Tensor& losses, con
   else check.dtype_in("losses", losses, {DType::F32, DType::F64});
   check.dtype("out", out, losses.dtype());
   check_mask(check, ctx, loss_mask, losses.dim(0));
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::masked_mean_loss(ctx, out, losses, loss_mask);
-#endif
-  } else {
-    cpu::masked_mean_loss(out, losses, loss_mask);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::masked_mean_loss(ctx, out, losses, loss_mask),
+                    cpu::masked_mean_loss(out, losses, loss_mask));
 }
 
 void masked_mean_loss_grad(Context& ctx, const Tensor& dlosses, const Tensor& loss_mask, double denominator) {
@@ -97,13 +86,9 @@ void masked_mean_loss_grad(Context& ctx, const Tensor& dlosses, const Tensor& lo
   check_mask(check, ctx, loss_mask, dlosses.dim(0));
   check.that(denominator != 0, "denominator is 0 (dlosses ", dlosses.describe(), ")");
   if (dlosses.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::masked_mean_loss_grad(ctx, dlosses, loss_mask, denominator);
-#endif
-  } else {
-    cpu::masked_mean_loss_grad(dlosses, loss_mask, denominator);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::masked_mean_loss_grad(ctx, dlosses, loss_mask, denominator),
+                    cpu::masked_mean_loss_grad(dlosses, loss_mask, denominator));
 }
 
 }  // namespace megatron::ops

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "megatron/ops/dropout/cpu.h"
+#include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
 
 #if MEGATRON_WITH_CUDA
@@ -29,13 +30,9 @@ void run(const char* op, Context& ctx, const char* out_name, const Tensor& y, co
   check.that(std::isfinite(p) && p >= 0.f && p <= 1.f, "dropout probability p must be in [0, 1], got ", p);
   check.that(index_base <= UINT64_MAX - uint64_t(x.numel()), "index_base ", index_base, " + ", x.numel(),
              " elements overflows 64 bits");
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::dropout(ctx, y, x, bias, residual, p, seed, offset, index_base);
-#endif
-  } else {
-    cpu::dropout(y, x, bias, residual, p, seed, offset, index_base);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::dropout(ctx, y, x, bias, residual, p, seed, offset, index_base),
+                    cpu::dropout(y, x, bias, residual, p, seed, offset, index_base));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "megatron/ops/elementwise/elementwise.h"
 
 #include "megatron/ops/elementwise/cpu.h"
+#include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
 
 #if MEGATRON_WITH_CUDA
@@ -18,10 +19,6 @@ constexpr std::initializer_list<DType> kArith = {F32, F16, BF16, F64};
 constexpr std::initializer_list<DType> kFloat = {F32, F16, BF16, F64, F8E4M3, F8E5M2};
 
 bool is_integer(DType t) { return !is_floating(t); }
-
-[[noreturn, maybe_unused]] void no_cuda(const char* op) {
-  MEGATRON_FAIL(op, ": this build has no CUDA backend");
-}
 
 // [B, M, N] or [M, N] -> (B, M, N)
 struct Batched2d {
@@ -44,15 +41,7 @@ void cast(Context& ctx, const Tensor& out, const Tensor& in) {
   check.that(dtype_size(in.dtype()) == dtype_size(out.dtype()) || in.numel() == 0 || in.data_ptr() != out.data_ptr(),
              "in-place cast from ", in.describe(), " to ", out.describe(), " needs equal element sizes");
   if (in.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::cast(ctx, out, in);
-#else
-    no_cuda("cast");
-#endif
-  } else {
-    cpu::cast(out, in);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::cast(ctx, out, in), cpu::cast(out, in));
 }
 
 void cast_scaled(Context& ctx, const Tensor& out, const Tensor& amax, const Tensor& in, float scale) {
@@ -63,15 +52,7 @@ void cast_scaled(Context& ctx, const Tensor& out, const Tensor& amax, const Tens
       .dtype_in("out", out, kFloat)
       .dtype("amax", amax, F32)
       .shape("amax", amax, Shape{1});
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::cast_scaled(ctx, out, amax, in, scale);
-#else
-    no_cuda("cast_scaled");
-#endif
-  } else {
-    cpu::cast_scaled(out, amax, in, scale);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::cast_scaled(ctx, out, amax, in, scale), cpu::cast_scaled(out, amax, in, scale));
 }
 
 void copy(Context& ctx, const Tensor& out, const Tensor& in) {
@@ -86,45 +67,25 @@ void copy(Context& ctx, const Tensor& out, const Tensor& in) {
 void fill(Context& ctx, const Tensor& out, double value) {
   OpCheck("fill").device(ctx, {{"out", out}});
   if (out.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::fill(ctx, out, value);
-#else
-    no_cuda("fill");
-#endif
-  } else {
-    cpu::fill(out, value);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::fill(ctx, out, value), cpu::fill(out, value));
 }
 
 void fill_uniform(Context& ctx, const Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi,
                   uint64_t index_base) {
   OpCheck("fill_uniform").device(ctx, {{"out", out}}).dtype_in("out", out, kFloat).that(lo <= hi, "lo ", lo, " > hi ", hi);
   if (out.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::fill_uniform(ctx, out, seed, offset, lo, hi, index_base);
-#else
-    no_cuda("fill_uniform");
-#endif
-  } else {
-    cpu::fill_uniform(out, seed, offset, lo, hi, index_base);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::fill_uniform(ctx, out, seed, offset, lo, hi, index_base),
+                    cpu::fill_uniform(out, seed, offset, lo, hi, index_base));
 }
 
 void fill_normal(Context& ctx, const Tensor& out, uint64_t seed, uint64_t offset, double mean, double std,
                  uint64_t index_base) {
   OpCheck("fill_normal").device(ctx, {{"out", out}}).dtype_in("out", out, kFloat);
   if (out.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::fill_normal(ctx, out, seed, offset, mean, std, index_base);
-#else
-    no_cuda("fill_normal");
-#endif
-  } else {
-    cpu::fill_normal(out, seed, offset, mean, std, index_base);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::fill_normal(ctx, out, seed, offset, mean, std, index_base),
+                    cpu::fill_normal(out, seed, offset, mean, std, index_base));
 }
 
 void transpose(Context& ctx, const Tensor& out, const Tensor& in) {
@@ -136,15 +97,9 @@ void transpose(Context& ctx, const Tensor& out, const Tensor& in) {
   check.shape("out", out, want);
   check.that(in.numel() == 0 || out.data_ptr() != in.data_ptr(), "out must not alias in");
   if (in.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::transpose(ctx, out, in, d.batch, d.m, d.n);
-#else
-    no_cuda("transpose");
-#endif
-  } else {
-    cpu::transpose(out, in, d.batch, d.m, d.n);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::transpose(ctx, out, in, d.batch, d.m, d.n),
+                    cpu::transpose(out, in, d.batch, d.m, d.n));
 }
 
 namespace {
@@ -161,57 +116,25 @@ void check_binary(const char* op, Context& ctx, const Tensor& out, const Tensor&
 void add(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
   check_binary("add", ctx, out, a, "a", b, "b");
   if (out.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::add(ctx, out, a, b);
-#else
-    no_cuda("add");
-#endif
-  } else {
-    cpu::add(out, a, b);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::add(ctx, out, a, b), cpu::add(out, a, b));
 }
 
 void mul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
   check_binary("mul", ctx, out, a, "a", b, "b");
   if (out.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::mul(ctx, out, a, b);
-#else
-    no_cuda("mul");
-#endif
-  } else {
-    cpu::mul(out, a, b);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::mul(ctx, out, a, b), cpu::mul(out, a, b));
 }
 
 void scale(Context& ctx, const Tensor& out, const Tensor& in, double alpha) {
   check_binary("scale", ctx, out, in, "in", in, "in");
   if (out.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::axpby(ctx, out, in, in, alpha, 0.0);
-#else
-    no_cuda("scale");
-#endif
-  } else {
-    cpu::axpby(out, in, in, alpha, 0.0);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::axpby(ctx, out, in, in, alpha, 0.0), cpu::axpby(out, in, in, alpha, 0.0));
 }
 
 void axpby(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& y, double alpha, double beta) {
   check_binary("axpby", ctx, out, x, "x", y, "y");
   if (out.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::axpby(ctx, out, x, y, alpha, beta);
-#else
-    no_cuda("axpby");
-#endif
-  } else {
-    cpu::axpby(out, x, y, alpha, beta);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::axpby(ctx, out, x, y, alpha, beta), cpu::axpby(out, x, y, alpha, beta));
 }
 
 namespace {
@@ -224,58 +147,30 @@ void sum_rows(Context& ctx, const Tensor& out, const Tensor& in) {
   check_reduction("sum_rows", ctx, out, in, kArith);
   OpCheck("sum_rows").rank("in", in, 2).shape("out", out, Shape{in.dim(0)});
   if (out.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::sum_rows(ctx, out, in, in.dim(0), in.dim(1));
-#else
-    no_cuda("sum_rows");
-#endif
-  } else {
-    cpu::sum_rows(out, in, in.dim(0), in.dim(1));
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::sum_rows(ctx, out, in, in.dim(0), in.dim(1)),
+                    cpu::sum_rows(out, in, in.dim(0), in.dim(1)));
 }
 
 void sum_columns(Context& ctx, const Tensor& out, const Tensor& in) {
   check_reduction("sum_columns", ctx, out, in, kArith);
   OpCheck("sum_columns").rank("in", in, 2).shape("out", out, Shape{in.dim(1)});
   if (out.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::sum_columns(ctx, out, in, in.dim(0), in.dim(1));
-#else
-    no_cuda("sum_columns");
-#endif
-  } else {
-    cpu::sum_columns(out, in, in.dim(0), in.dim(1));
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::sum_columns(ctx, out, in, in.dim(0), in.dim(1)),
+                    cpu::sum_columns(out, in, in.dim(0), in.dim(1)));
 }
 
 void sum_all(Context& ctx, const Tensor& out, const Tensor& in) {
   check_reduction("sum_all", ctx, out, in, kArith);
   OpCheck("sum_all").shape("out", out, Shape{1});
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::sum_all(ctx, out, in);
-#else
-    no_cuda("sum_all");
-#endif
-  } else {
-    cpu::sum_all(out, in);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::sum_all(ctx, out, in), cpu::sum_all(out, in));
 }
 
 void amax(Context& ctx, const Tensor& out, const Tensor& in) {
   check_reduction("amax", ctx, out, in, kFloat);
   OpCheck("amax").shape("out", out, Shape{1});
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::amax(ctx, out, in);
-#else
-    no_cuda("amax");
-#endif
-  } else {
-    cpu::amax(out, in);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::amax(ctx, out, in), cpu::amax(out, in));
 }
 
 }  // namespace megatron::ops

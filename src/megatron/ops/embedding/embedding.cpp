@@ -1,6 +1,7 @@
 #include "megatron/ops/embedding/embedding.h"
 
 #include "megatron/ops/embedding/cpu.h"
+#include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
 
 #if MEGATRON_WITH_CUDA
@@ -32,13 +33,7 @@ void embedding_forward(Context& ctx, const Tensor& out, const Tensor& weight, co
       .dtype("out", out, weight.dtype())
       .shape("out", out, rows_shape(ids, weight.dim(1)));
   if (out.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::embedding_forward(ctx, out, weight, ids);
-#endif
-  } else {
-    cpu::embedding_forward(out, weight, ids);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::embedding_forward(ctx, out, weight, ids), cpu::embedding_forward(out, weight, ids));
 }
 
 void embedding_backward(Context& ctx, const Tensor& dweight, const Tensor& dout, const Tensor& ids, bool accumulate) {
@@ -49,13 +44,9 @@ void embedding_backward(Context& ctx, const Tensor& dweight, const Tensor& dout,
   else check.dtype("dweight", dweight, DType::F32);
   check.dtype_in("ids", ids, {DType::I32, DType::I64}).shape("dout", dout, rows_shape(ids, dweight.dim(1)));
   if (dweight.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::embedding_backward(ctx, dweight, dout, ids, accumulate);
-#endif
-  } else {
-    cpu::embedding_backward(dweight, dout, ids, accumulate);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::embedding_backward(ctx, dweight, dout, ids, accumulate),
+                    cpu::embedding_backward(dweight, dout, ids, accumulate));
 }
 
 }  // namespace megatron::ops

@@ -4,6 +4,7 @@
 
 #include "megatron/ops/gemm/cpu.h"
 #include "megatron/ops/gemm/dims.h"
+#include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
 
 #if MEGATRON_WITH_CUDA
@@ -159,15 +160,7 @@ GemmDims validate(Context& ctx, const Tensor& d, const Tensor& a, const Tensor& 
 
 void gemm(Context& ctx, const Tensor& d, const Tensor& a, const Tensor& b, const GemmOptions& opt) {
   GemmDims g = validate(ctx, d, a, b, opt);
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::gemm(ctx, d, a, b, opt, g);
-#else
-    MEGATRON_FAIL("gemm: this build has no CUDA backend");
-#endif
-  } else {
-    cpu::gemm(ctx, d, a, b, opt, g);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::gemm(ctx, d, a, b, opt, g), cpu::gemm(ctx, d, a, b, opt, g));
 }
 
 }  // namespace megatron::ops

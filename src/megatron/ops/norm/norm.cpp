@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "megatron/ops/norm/cpu.h"
+#include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
 
 #if MEGATRON_WITH_CUDA
@@ -59,13 +60,9 @@ void norm_forward_impl(const char* op, Context& ctx, bool rms, const Tensor& y, 
   }
   check.that(std::isfinite(eps) && eps >= 0, "eps must be finite and >= 0, got ", eps);
 
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::norm_forward(ctx, rms, y, residual_out, mean, rstd, x, residual, weight, bias, eps);
-#endif
-  } else {
-    cpu::norm_forward(rms, y, residual_out, mean, rstd, x, residual, weight, bias, eps);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::norm_forward(ctx, rms, y, residual_out, mean, rstd, x, residual, weight, bias, eps),
+                    cpu::norm_forward(rms, y, residual_out, mean, rstd, x, residual, weight, bias, eps));
 }
 
 void norm_backward_impl(const char* op, Context& ctx, bool rms, const Tensor& dx, const Tensor& dweight,
@@ -90,13 +87,9 @@ void norm_backward_impl(const char* op, Context& ctx, bool rms, const Tensor& dx
   check_f32_or_f64(check, "rstd", rstd, x);
   if (!rms) check.shape("mean", mean, stats).same_dtype({{"rstd", rstd}, {"mean", mean}});
 
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::norm_backward(ctx, rms, dx, dweight, dbias, dy, x, weight, mean, rstd, accumulate, dresidual);
-#endif
-  } else {
-    cpu::norm_backward(rms, dx, dweight, dbias, dy, x, weight, mean, rstd, accumulate, dresidual);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::norm_backward(ctx, rms, dx, dweight, dbias, dy, x, weight, mean, rstd, accumulate, dresidual),
+                    cpu::norm_backward(rms, dx, dweight, dbias, dy, x, weight, mean, rstd, accumulate, dresidual));
 }
 
 }  // namespace

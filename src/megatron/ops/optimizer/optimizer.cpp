@@ -4,6 +4,7 @@
 #include <string>
 
 #include "megatron/ops/optimizer/cpu.h"
+#include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
 
 #if MEGATRON_WITH_CUDA
@@ -49,13 +50,7 @@ void adamw_step(Context& ctx, const std::vector<AdamParamGroupTensors>& tensors,
     }
     if (e.weight_decay) check.that(std::isfinite(*e.weight_decay), at, "weight_decay is ", *e.weight_decay);
   }
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::adamw_step(ctx, tensors, config);
-#endif
-  } else {
-    cpu::adamw_step(tensors, config);
-  }
+  MEGATRON_DISPATCH(ctx, cuda::adamw_step(ctx, tensors, config), cpu::adamw_step(tensors, config));
 }
 
 void multi_tensor_l2_norm(Context& ctx, const Tensor& out, const Tensor& per_tensor_out,
@@ -73,13 +68,9 @@ void multi_tensor_l2_norm(Context& ctx, const Tensor& out, const Tensor& per_ten
     check.device(ctx, {{name.c_str(), tensors[i]}});
     check_float(check, ctx, name, tensors[i]);
   }
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::multi_tensor_l2_norm(ctx, out, per_tensor_out, tensors);
-#endif
-  } else {
-    cpu::multi_tensor_l2_norm(out, per_tensor_out, tensors);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::multi_tensor_l2_norm(ctx, out, per_tensor_out, tensors),
+                    cpu::multi_tensor_l2_norm(out, per_tensor_out, tensors));
 }
 
 void multi_tensor_scale(Context& ctx, const std::vector<Tensor>& outs, const Tensor& found_inf,
@@ -102,13 +93,9 @@ void multi_tensor_scale(Context& ctx, const std::vector<Tensor>& outs, const Ten
                out, " (", outs[i].describe(), ") overlaps ", in, " (", ins[i].describe(),
                ") without being the same tensor");
   }
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::multi_tensor_scale(ctx, outs, found_inf, ins, scale);
-#endif
-  } else {
-    cpu::multi_tensor_scale(outs, found_inf, ins, scale);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::multi_tensor_scale(ctx, outs, found_inf, ins, scale),
+                    cpu::multi_tensor_scale(outs, found_inf, ins, scale));
 }
 
 }  // namespace megatron::ops

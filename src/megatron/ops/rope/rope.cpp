@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "megatron/ops/rope/cpu.h"
+#include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
 
 #if MEGATRON_WITH_CUDA
@@ -34,13 +35,9 @@ void rope_apply(Context& ctx, const char* op, const char* out_name, const char* 
              ")");
   check.that(options.position_offset >= 0, "options.position_offset must be >= 0, got ", options.position_offset);
   if (in.numel() == 0) return;
-  if (ctx.is_cuda()) {
-#if MEGATRON_WITH_CUDA
-    cuda::rope_rotate(ctx, out, in, rot_dim, options.base, options.interleaved, options.position_offset, float(sign));
-#endif
-  } else {
-    cpu::rope_rotate(out, in, rot_dim, options.base, options.interleaved, options.position_offset, sign);
-  }
+  MEGATRON_DISPATCH(ctx,
+                    cuda::rope_rotate(ctx, out, in, rot_dim, options.base, options.interleaved, options.position_offset, float(sign)),
+                    cpu::rope_rotate(out, in, rot_dim, options.base, options.interleaved, options.position_offset, sign));
 }
 
 }  // namespace
