@@ -19,41 +19,11 @@
 #include <cstdint>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/cuda_common.cuh"
 #include "megatron/runtime/cuda_libraries.h"
 
 namespace megatron::ops::cuda {
 namespace {
-
-template <class S> struct Native { using type = S; };
-template <> struct Native<bf16_t> { using type = __nv_bfloat16; };
-template <> struct Native<fp16_t> { using type = __half; };
-
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-template <class T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half(v); }
-
-template <class T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
-
-template <int N, class T>
-__device__ __forceinline__ void load_vec(const T* p, float (&out)[N]) {
-  Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(p);
-#pragma unroll
-  for (int i = 0; i < N; ++i) out[i] = to_f(v.v[i]);
-}
-template <int N, class T>
-__device__ __forceinline__ void store_vec(T* p, const float (&in)[N]) {
-  Vec<T, N> v;
-#pragma unroll
-  for (int i = 0; i < N; ++i) v.v[i] = from_f<T>(in[i]);
-  *reinterpret_cast<Vec<T, N>*>(p) = v;
-}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -111,7 +81,7 @@ __global__ void __launch_bounds__(512) norm_fwd_kernel(FwdParams p) {
       float r[VEC];
       load_vec<VEC>(res + j * VEC, r);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) v[i] = to_f(from_f<T>(v[i] + r[i]));
+      for (int i = 0; i < VEC; ++i) v[i] = to_f32(from_f32<T>(v[i] + r[i]));
       store_vec<VEC>(res_out + j * VEC, v);
     }
   };
@@ -307,7 +277,7 @@ __global__ void __launch_bounds__(512, MINB) norm_bwd_kernel(BwdParams p) {
         load_vec<VEC>(w + j * VEC, wv);
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float dyv = to_f(dv.v[i]), xh = (to_f(xv.v[i]) - mu) * rs, g = dyv * wv[i];
+          const float dyv = to_f32(dv.v[i]), xh = (to_f32(xv.v[i]) - mu) * rs, g = dyv * wv[i];
           sum_g += g;
           sum_gx += g * xh;
           acc_w[k][i] += dyv * xh;
@@ -329,8 +299,8 @@ __global__ void __launch_bounds__(512, MINB) norm_bwd_kernel(BwdParams p) {
         if (has_dres) dr = *tile(cur, 2, k);
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float xh = (to_f(xv.v[i]) - mu) * rs;
-          out[i] = rs * (to_f(dv.v[i]) * wv[i] - mean_g - xh * mean_gx) + (has_dres ? to_f(dr.v[i]) : 0.f);
+          const float xh = (to_f32(xv.v[i]) - mu) * rs;
+          out[i] = rs * (to_f32(dv.v[i]) * wv[i] - mean_g - xh * mean_gx) + (has_dres ? to_f32(dr.v[i]) : 0.f);
         }
         store_vec<VEC>(dx + j * VEC, out);
       }
