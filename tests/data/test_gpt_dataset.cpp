@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "harness.h"
 #include "megatron/core/error.h"
 #include "megatron/data/blended_dataset.h"
 #include "megatron/data/gpt_dataset.h"
@@ -31,20 +32,8 @@ using namespace megatron::data;
 
 namespace {
 
-fs::path make_temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("megatron_gpt_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-void run_python(const fs::path& dir, const std::string& script, const std::string& args) {
-  const fs::path path = dir / "script.py";
-  std::ofstream(path) << script;
-  const std::string command = "python3 " + path.string() + " " + args + " 2>&1";
-  const int rc = std::system(command.c_str());
-  ASSERT_EQ(rc, 0) << "python3 failed (python3 and numpy are required): " << command;
-}
+using ::megatron::testing::make_temp_dir;
+using ::megatron::testing::run_python;
 
 std::vector<int64_t> load_ints(const fs::path& path) { return load_npy(path).to_int64(path); }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "harness.h"
 #include "megatron/core/error.h"
 #include "megatron/data/indexed_dataset.h"
 
@@ -21,21 +22,8 @@ using namespace megatron::data;
 
 namespace {
 
-fs::path make_temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("megatron_idx_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-// Runs a Python script (written to dir/script.py) with arguments; fails the test on a non-zero exit.
-void run_python(const fs::path& dir, const std::string& script, const std::string& args) {
-  const fs::path path = dir / "script.py";
-  std::ofstream(path) << script;
-  const std::string command = "python3 " + path.string() + " " + args + " 2>&1";
-  const int rc = std::system(command.c_str());
-  ASSERT_EQ(rc, 0) << "python3 failed (python3 and numpy are required): " << command;
-}
+using ::megatron::testing::make_temp_dir;
+using ::megatron::testing::run_python;
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "harness.h"
 #include "megatron/core/error.h"
 #include "megatron/data/tokenizers/tokenizer.h"
 #include "megatron/data/tokenizers/utf8.h"
@@ -99,12 +100,7 @@ std::string to_hex(std::string_view s) {
 
 fs::path script_dir() { return fs::path(__FILE__).parent_path() / "tokenizers"; }
 
-fs::path make_temp_dir(const char* tag) {
-  const fs::path dir = fs::temp_directory_path() / ("megatron_" + std::string(tag) + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using ::megatron::testing::make_temp_dir;
 
 void run_or_fail(const std::string& command) {
   const int rc = std::system(command.c_str());

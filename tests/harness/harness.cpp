@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <unistd.h>
 #include <limits>
 #include <memory>
 
@@ -122,6 +124,24 @@ void expect_error(const std::function<void()>& fn, const std::vector<std::string
     std::string m = e.what();
     for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "missing '" << p << "' in: " << m;
   }
+}
+
+std::filesystem::path make_temp_dir(const std::string& tag) {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("megatron_test_" + tag + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void run_python(const std::filesystem::path& dir, const std::string& script, const std::string& args) {
+  const std::filesystem::path path = dir / "script.py";
+  std::ofstream(path) << script;
+  const std::string command = "python3 " + path.string() + " " + args + " 2>&1";
+  const int rc = std::system(command.c_str());
+  ASSERT_EQ(rc, 0) << "python3 failed (python3 and the reference packages are required; scripts/deps.sh installs "
+                      "them): "
+                   << command;
 }
 
 namespace {

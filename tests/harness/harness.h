@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -89,6 +90,12 @@ std::string gtest_name(const std::string& s);
 // Runs fn() and expects a megatron::Error whose message contains every one of `parts` (the op's name, the
 // argument, the shapes): error messages are part of the contract.
 void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts);
+
+// A fresh, empty directory under the system temp dir, unique to this process and `tag`.
+std::filesystem::path make_temp_dir(const std::string& tag);
+// Writes `script` to dir/script.py and runs `python3 dir/script.py args`; a non-zero exit (python3 or a
+// package missing, or the reference failing) fails the test: references are never silently skipped.
+void run_python(const std::filesystem::path& dir, const std::string& script, const std::string& args);
 
 // gtest prints parameters of failing tests; show the case name instead of raw bytes.
 inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
