@@ -86,6 +86,9 @@ std::vector<std::string> constraint_violations(const Arguments& a) {
   need(t.min_lr <= t.lr, "--min-lr ", t.min_lr, " must not exceed --lr ", t.lr);
   need(t.lr_warmup_iters <= t.lr_decay_iters || t.lr_decay_style == "constant", "--lr-warmup-iters ",
        t.lr_warmup_iters, " must not exceed --lr-decay-iters ", t.lr_decay_iters);
+  if (t.lr_decay_style == "WSD")
+    need(t.lr_wsd_decay_iters > 0, "--lr-decay-style WSD needs a positive --lr-wsd-decay-iters (got ",
+         t.lr_wsd_decay_iters, ")");
   need(!(t.bf16 && t.fp16), "--bf16 and --fp16 are mutually exclusive");
   need(t.device == "auto" || t.device == "cpu" || t.device == "cuda", "--device '", t.device, "' must be auto, cpu or cuda");
   need(t.log_interval > 0, "--log-interval must be positive (got ", t.log_interval, ")");

@@ -44,6 +44,8 @@ struct TrainingArguments {
   std::string lr_decay_style = "linear";  // constant | linear | cosine | inverse-square-root | WSD
   int64_t lr_warmup_iters = 0;
   int64_t lr_decay_iters = 0;        // 0 = train_iters
+  std::string lr_wsd_decay_style = "exponential";  // WSD anneal shape: exponential | linear | cosine | minus_sqrt
+  int64_t lr_wsd_decay_iters = 0;    // WSD anneal length, the last iterations of lr_decay_iters (required for WSD)
   double weight_decay = 0.01;
   double clip_grad = 1.0;
   double adam_beta1 = 0.9;

@@ -1,0 +1,68 @@
+// AdamW over a model's parameters with Megatron-LM's mixed-precision layout
+// (Float16OptimizerWithFloat16Params / FP32Optimizer): the optimizer owns fp32 master weights for
+// bf16/fp16 parameters and the two moments; fp32 parameters (and F64 ones on the CPU) are their own
+// masters. One step() is one ops::adamw_step call over every parameter (decoupled weight decay, bias
+// correction with the 1-based step count, see ops/optimizer/optimizer.h), which also writes the rounded
+// masters back into bf16/fp16 parameters.
+//
+// Ownership: the caller keeps the model's parameter and gradient tensors alive and in place (the
+// optimizer holds views of them). Gradients are read only (the caller zeroes them for the next
+// iteration). A parameter's weight decay is the scheduled value, or 0 with no_weight_decay
+// (param_groups.h). A skipped fp16 iteration must not call step(): the step count, like Megatron's, counts
+// updates taken.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "megatron/runtime/context.h"
+
+namespace megatron::optim {
+
+struct AdamWParam {
+  Tensor param;      // model weights: F32, BF16 or F16 (F64 on the CPU); updated by step()
+  Tensor main_grad;  // same numel: F32 (BF16/F16 accepted; F64 on the CPU); read by step()
+  bool no_weight_decay = false;
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9;    // --adam-beta1
+  double beta2 = 0.999;  // --adam-beta2
+  double eps = 1e-8;     // --adam-eps
+};
+
+class AdamW {
+ public:
+  // Allocates on ctx's device: masters (copies of bf16/fp16 params, in fp32) and zeroed moments of the
+  // masters' dtype. Every tensor must live on ctx's device.
+  AdamW(Context& ctx, std::vector<AdamWParam> params, const AdamWOptions& options = {});
+
+  // One update with the scheduled lr and weight decay; gradients are multiplied by grad_scale first (a
+  // clip coefficient or 1/loss scale not yet applied). Increments step_count() first.
+  void step(Context& ctx, double lr, double weight_decay, float grad_scale = 1.0f);
+
+  // Copies bf16/fp16 model params into their masters again (after loading model weights).
+  void reload_model_params(Context& ctx);
+
+  int64_t step_count() const { return step_count_; }
+  void set_step_count(int64_t steps);  // checkpoint resume
+  size_t size() const { return entries_.size(); }
+  const Tensor& master(size_t i) const { return entries_.at(i).master; }
+  const Tensor& exp_avg(size_t i) const { return entries_.at(i).exp_avg; }
+  const Tensor& exp_avg_sq(size_t i) const { return entries_.at(i).exp_avg_sq; }
+  const AdamWOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    AdamWParam source;
+    Tensor master;      // == source.param when that is F32/F64
+    Tensor exp_avg;
+    Tensor exp_avg_sq;
+    bool has_separate_master = false;
+  };
+  std::vector<Entry> entries_;
+  AdamWOptions options_;
+  int64_t step_count_ = 0;
+};
+
+}  // namespace megatron::optim

@@ -1,0 +1,68 @@
+// Gradient conditioning between backward and the optimizer step, Megatron-LM's
+// MixedPrecisionOptimizer.step order (megatron/core/optimizer/optimizer.py, clip_grads.py):
+//   1. with a loss scaler: grads *= inv_scale, in place, noting any inf/NaN result; scaler.update(found_inf);
+//      found_inf skips the step (no clipping, no optimizer update, the lr schedule does not advance);
+//   2. clip_grad > 0: total = sqrt(sum of g^2 over every element of every gradient);
+//      coeff = clip_grad / (total + 1e-6); grads *= coeff only when coeff < 1 (a NaN/inf total never clips);
+//   3. the optimizer step.
+// The norm is the one of the unscaled, unclipped gradients, reduced in fp32 on the device and read back
+// as a double (Megatron's .item()). Every gradient lives on ctx's device; dtypes F32, BF16 or F16
+// (F64 on the CPU). Functions returning host values synchronise ctx.
+//
+// Across data/tensor/pipeline-parallel ranks the squared norm and found_inf must be reduced before use;
+// these functions are the single-rank core (the distributed optimizer adds the all-reduces).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "megatron/optim/loss_scaler.h"
+#include "megatron/runtime/context.h"
+
+namespace megatron::optim {
+
+// sqrt(sum over all gradients and elements of g^2); 0 for an empty list. NaN/inf propagate.
+double global_grad_norm(Context& ctx, const std::vector<Tensor>& grads);
+
+// Scales every gradient by max_norm / (total_norm + 1e-6) when that is < 1; returns the coefficient
+// applied (1 when none).
+double clip_grads_by_total_norm(Context& ctx, const std::vector<Tensor>& grads, double max_norm, double total_norm);
+
+// global_grad_norm, then clip_grads_by_total_norm; returns the norm before clipping.
+double clip_grad_norm(Context& ctx, const std::vector<Tensor>& grads, double max_norm);
+
+// grads *= inv_scale in place (product in fp32, rounded to each gradient's dtype); true when any result
+// is inf or NaN.
+bool unscale_and_check_for_inf(Context& ctx, const std::vector<Tensor>& grads, float inv_scale);
+
+struct GradPreparation {
+  bool skip_update = false;          // found inf/NaN: do not step the optimizer or the lr schedule
+  std::optional<double> grad_norm;   // the pre-clip norm; none when skipped or clip_grad == 0 (Megatron: None)
+};
+
+// Steps 1 and 2 above. `scaler` may be null (bf16 / fp32: no unscaling, never skipped).
+GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad);
+
+// Skipped-iteration bookkeeping for the log line ("number of skipped iterations" per interval) and the
+// run's total.
+class SkippedIterations {
+ public:
+  void record(bool skipped) {
+    if (skipped) ++total_, ++interval_;
+  }
+  int64_t total() const { return total_; }
+  int64_t interval() const { return interval_; }
+  // The count since the last call (or the start), then resets it: call once per log line.
+  int64_t take_interval() {
+    int64_t n = interval_;
+    interval_ = 0;
+    return n;
+  }
+
+ private:
+  int64_t total_ = 0;
+  int64_t interval_ = 0;
+};
+
+}  // namespace megatron::optim

@@ -1,0 +1,153 @@
+// The AdamW class on the CPU against a scalar double implementation of decoupled-weight-decay Adam over
+// several steps, with weight decay on for some parameters and off for others, a changing lr, a grad scale;
+// fp64 parameters (their own masters, tight tolerance), fp32 parameters (aliased masters) and bf16
+// parameters (fp32 masters, the bf16 weights equal to the rounded masters).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "harness.h"
+#include "megatron/ops/elementwise/elementwise.h"
+#include "megatron/optim/adamw.h"
+
+namespace megatron::optim {
+namespace {
+
+using testing::cpu_context;
+using testing::fill_normal;
+using testing::fill_random;
+using testing::to_doubles;
+
+// Plain AdamW on doubles. Hyperparameters go through float, as AdamW hands them to the op in fp32.
+struct ScalarAdamW {
+  std::vector<double> p, m, v;
+  bool no_wd = false;
+  void step(const std::vector<double>& grad, int64_t t, double lr, double wd, double grad_scale, const AdamWOptions& o) {
+    const double b1 = double(float(o.beta1)), b2 = double(float(o.beta2)), eps = double(float(o.eps));
+    const double lr32 = double(float(lr)), wd32 = no_wd ? 0.0 : double(float(wd)), gs = double(float(grad_scale));
+    for (size_t i = 0; i < p.size(); ++i) {
+      const double g = grad[i] * gs;
+      p[i] -= lr32 * wd32 * p[i];
+      m[i] = b1 * m[i] + (1 - b1) * g;
+      v[i] = b2 * v[i] + (1 - b2) * g * g;
+      const double mhat = m[i] / (1 - std::pow(b1, double(t)));
+      const double vhat = v[i] / (1 - std::pow(b2, double(t)));
+      p[i] -= lr32 * mhat / (std::sqrt(vhat) + eps);
+    }
+  }
+};
+
+struct Setup {
+  std::vector<Shape> shapes;
+  std::vector<bool> no_wd;
+};
+
+// Runs `steps` steps of the class and of the scalar reference; returns the largest relative error of the
+// masters (|got - ref| / max(|ref|, 1e-3)).
+double run_and_compare(DType param_dtype, const Setup& setup, int steps) {
+  Context& ctx = cpu_context();
+  const AdamWOptions options{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+  std::vector<AdamWParam> params;
+  std::vector<ScalarAdamW> ref;
+  for (size_t i = 0; i < setup.shapes.size(); ++i) {
+    AdamWParam p;
+    p.param = ctx.empty(setup.shapes[i], param_dtype);
+    fill_random(p.param, 100 + i, -1, 1);
+    p.main_grad = ctx.empty(setup.shapes[i], param_dtype == DType::F64 ? DType::F64 : DType::F32);
+    p.no_weight_decay = setup.no_wd[i];
+    ScalarAdamW r;
+    r.p = to_doubles(ctx, p.param);  // the (rounded) initial weights
+    r.m.assign(r.p.size(), 0.0);
+    r.v.assign(r.p.size(), 0.0);
+    r.no_wd = setup.no_wd[i];
+    ref.push_back(std::move(r));
+    params.push_back(std::move(p));
+  }
+  std::vector<AdamWParam> views = params;
+  AdamW adam(ctx, std::move(views), options);
+  for (int t = 1; t <= steps; ++t) {
+    const double lr = 1e-2 * (1.0 + 0.25 * t);  // changes every step
+    const double wd = 0.1;
+    const float grad_scale = t == 3 ? 0.5f : 1.0f;
+    for (size_t i = 0; i < params.size(); ++i) {
+      fill_normal(params[i].main_grad, 1000 * t + i, 0.1 * t);
+      ref[i].step(to_doubles(ctx, params[i].main_grad), t, lr, wd, grad_scale, options);
+    }
+    adam.step(ctx, lr, wd, grad_scale);
+  }
+  EXPECT_EQ(adam.step_count(), steps);
+  double worst = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<double> got = to_doubles(ctx, adam.master(i));
+    for (size_t k = 0; k < got.size(); ++k)
+      worst = std::max(worst, std::abs(got[k] - ref[i].p[k]) / std::max(std::abs(ref[i].p[k]), 1e-3));
+    if (param_dtype == DType::F32 || param_dtype == DType::F64) {
+      EXPECT_EQ(adam.master(i).data_ptr(), params[i].param.data_ptr()) << "fp32/fp64 params are their own masters";
+    } else {
+      // The model weights are the masters rounded to the parameter dtype.
+      Tensor rounded = ctx.empty(adam.master(i).shape(), param_dtype);
+      ops::cast(ctx, rounded, adam.master(i));
+      EXPECT_EQ(to_doubles(ctx, rounded), to_doubles(ctx, params[i].param.view({params[i].param.numel()})));
+    }
+  }
+  return worst;
+}
+
+const Setup kSetup = {{Shape{7, 13}, Shape{13}, Shape{5, 3, 4}, Shape{1}, Shape{}, Shape{300}},
+                      {false, true, false, true, false, true}};
+
+TEST(AdamW, Fp64ParamsMatchTheScalarReference) { EXPECT_LT(run_and_compare(DType::F64, kSetup, 6), 1e-12); }
+
+TEST(AdamW, Fp32ParamsMatchTheScalarReference) { EXPECT_LT(run_and_compare(DType::F32, kSetup, 6), 1e-5); }
+
+TEST(AdamW, Bf16ParamsKeepFp32Masters) { EXPECT_LT(run_and_compare(DType::BF16, kSetup, 6), 1e-5); }
+
+TEST(AdamW, WeightDecayOnlyWhereEnabled) {
+  // Zero gradients: Adam's update is 0 / (0 + eps) = 0, so only the decoupled decay moves the weights.
+  Context& ctx = cpu_context();
+  std::vector<AdamWParam> params(2);
+  for (int i = 0; i < 2; ++i) {
+    params[i].param = ctx.empty(Shape{4, 4}, DType::F64);
+    fill_random(params[i].param, 7 + i, 0.5, 1.5);
+    params[i].main_grad = ctx.empty(Shape{4, 4}, DType::F64);
+    ops::fill(ctx, params[i].main_grad, 0.0);
+  }
+  params[1].no_weight_decay = true;
+  const std::vector<double> w0 = to_doubles(ctx, params[0].param), b0 = to_doubles(ctx, params[1].param);
+  AdamW adam(ctx, params);
+  adam.step(ctx, 0.5, 0.1);
+  adam.step(ctx, 0.5, 0.1);
+  const std::vector<double> w = to_doubles(ctx, params[0].param), b = to_doubles(ctx, params[1].param);
+  const double factor = (1 - double(0.5f) * double(0.1f)) * (1 - double(0.5f) * double(0.1f));
+  for (size_t k = 0; k < w.size(); ++k) {
+    EXPECT_NEAR(w[k], w0[k] * factor, 1e-15);
+    EXPECT_EQ(b[k], b0[k]);
+  }
+}
+
+TEST(AdamW, MomentsStartAtZeroAndReloadCopiesModelParams) {
+  Context& ctx = cpu_context();
+  AdamWParam p;
+  p.param = ctx.empty(Shape{9}, DType::BF16);
+  fill_random(p.param, 3);
+  p.main_grad = ctx.empty(Shape{9}, DType::F32);
+  AdamW adam(ctx, {p});
+  EXPECT_EQ(adam.master(0).dtype(), DType::F32);
+  EXPECT_EQ(to_doubles(ctx, adam.master(0)), to_doubles(ctx, p.param));
+  EXPECT_EQ(to_doubles(ctx, adam.exp_avg(0)), std::vector<double>(9, 0.0));
+  EXPECT_EQ(to_doubles(ctx, adam.exp_avg_sq(0)), std::vector<double>(9, 0.0));
+  fill_random(p.param, 4);  // e.g. weights loaded from a checkpoint
+  adam.reload_model_params(ctx);
+  EXPECT_EQ(to_doubles(ctx, adam.master(0)), to_doubles(ctx, p.param));
+}
+
+TEST(AdamW, RejectsMismatchedGradients) {
+  Context& ctx = cpu_context();
+  AdamWParam p;
+  p.param = ctx.empty(Shape{4}, DType::F32);
+  p.main_grad = ctx.empty(Shape{5}, DType::F32);
+  testing::expect_error([&] { AdamW(ctx, {p}); }, {"params[0]", "main_grad"});
+}
+
+}  // namespace
+}  // namespace megatron::optim
