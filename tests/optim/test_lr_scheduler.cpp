@@ -240,7 +240,7 @@ TEST(LrSchedule, RejectsWhatMegatronAsserts) {
 
 TEST(LrSchedule, FromMegatronFlags) {
   const std::vector<std::string> common = {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-                                           "--seq-length", "32", "--mock-data", "--vocab-size", "100",
+                                           "--seq-length", "32", "--mock-data", "--vocab-size", "4096",
                                            "--train-iters", "1000", "--lr", "3e-4", "--min-lr", "3e-5",
                                            "--lr-warmup-iters", "100", "--weight-decay", "0.1"};
   std::vector<std::string> argv = common;

@@ -84,8 +84,9 @@ std::vector<std::string> constraint_violations(const Arguments& a) {
   need(decay.count(t.lr_decay_style), "--lr-decay-style '", t.lr_decay_style,
        "' must be one of constant, linear, cosine, inverse-square-root, WSD");
   need(t.min_lr <= t.lr, "--min-lr ", t.min_lr, " must not exceed --lr ", t.lr);
-  need(t.lr_warmup_iters <= t.lr_decay_iters || t.lr_decay_style == "constant", "--lr-warmup-iters ",
-       t.lr_warmup_iters, " must not exceed --lr-decay-iters ", t.lr_decay_iters);
+  // Megatron's OptimizerParamScheduler asserts warmup < decay steps for every style.
+  need(t.lr_warmup_iters < t.lr_decay_iters, "--lr-warmup-iters ", t.lr_warmup_iters,
+       " must be less than --lr-decay-iters ", t.lr_decay_iters, " (default: --train-iters)");
   if (t.lr_decay_style == "WSD")
     need(t.lr_wsd_decay_iters > 0, "--lr-decay-style WSD needs a positive --lr-wsd-decay-iters (got ",
          t.lr_wsd_decay_iters, ")");
@@ -128,6 +129,9 @@ std::vector<std::string> constraint_violations(const Arguments& a) {
   need(!(d.mock_data && !d.data_path.empty()), "--mock-data and --data-path are mutually exclusive");
   if (d.mock_data && d.tokenizer_type.empty())
     need(m.vocab_size > 0, "--mock-data without a tokenizer needs --vocab-size");
+  if (d.mock_data && m.vocab_size > 0)
+    need(m.vocab_size >= 4096, "--mock-data draws token ids up to 4095 (Megatron's mock dataset), so --vocab-size ",
+         m.vocab_size, " must be at least 4096");
   return v;
 }
 

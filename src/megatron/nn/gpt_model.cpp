@@ -1,0 +1,152 @@
+#include "megatron/nn/gpt_model.h"
+
+#include <string>
+
+#include "megatron/ops/cross_entropy/cross_entropy.h"
+#include "megatron/ops/elementwise/elementwise.h"
+
+namespace megatron::nn {
+
+namespace {
+
+// Dropout offsets: a stream of its own, one block of sites per forward pass.
+constexpr uint64_t kDropoutStream = uint64_t(1) << 62;
+
+double read_scalar(Context& ctx, const Tensor& t) {
+  if (t.dtype() == DType::F64) {
+    double v = 0;
+    copy_tensor(ctx, Tensor::from_blob(&v, {1}, DType::F64, Device::cpu()), t);
+    return v;
+  }
+  float v = 0;
+  copy_tensor(ctx, Tensor::from_blob(&v, {1}, DType::F32, Device::cpu()), t);
+  return double(v);
+}
+
+// Checked before any allocation: what the CUDA ops of this model cannot do.
+const ModelConfig& check_device_support(Context& ctx, const ModelConfig& config) {
+  if (!ctx.is_cuda()) return config;
+  std::vector<std::string> v;
+  if (config.params_dtype != DType::BF16)
+    v.push_back(str_cat("parameter dtype ", dtype_name(config.params_dtype),
+                        " on CUDA: the fused attention (cuDNN) runs in bf16/fp16 only; use --bf16"));
+  if (config.head_dim() % 8 != 0 || config.head_dim() > 256)
+    v.push_back(str_cat("--kv-channels ", config.head_dim(),
+                        " on CUDA: the fused attention needs a head dimension that is a multiple of 8 and <= 256"));
+  if (!v.empty()) {
+    std::string msg = "GPTModel: configuration not supported on CUDA:";
+    for (const std::string& s : v) msg += "\n  - " + s;
+    MEGATRON_FAIL(msg);
+  }
+  return config;
+}
+}  // namespace
+
+GPTModel::GPTModel(Context& ctx, const ModelConfig& config)
+    : embedding(ctx, check_device_support(ctx, config)),
+      final_layernorm(ctx, "decoder.final_layernorm", config),
+      config_(config) {
+  layers.reserve(size_t(config.num_layers()));
+  for (int i = 0; i < config.num_layers(); ++i)
+    layers.emplace_back(ctx, "decoder.layers." + std::to_string(i), config);
+  if (!config.tied())
+    output_layer = make_parameter(ctx, "output_layer.weight", {config.padded_vocab_size, config.hidden()},
+                                  config.params_dtype, false);
+  init(ctx);
+}
+
+void GPTModel::init(Context& ctx) {
+  embedding.init(ctx);
+  for (TransformerLayer& layer : layers) layer.init(ctx, config_);
+  final_layernorm.init(ctx);
+  if (output_layer.defined()) init_normal(ctx, output_layer, config_.seed, config_.args.init_method_std);
+}
+
+ParameterList GPTModel::parameters() {
+  ParameterList list;
+  embedding.collect_parameters(list);
+  for (TransformerLayer& layer : layers) layer.collect_parameters(list);
+  final_layernorm.collect_parameters(list);
+  if (output_layer.defined()) list.push_back(&output_layer);
+  return list;
+}
+
+Tensor GPTModel::forward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask,
+                         bool training, uint64_t dropout_step) {
+  MEGATRON_CHECK(tokens.rank() == 2 && labels.shape() == tokens.shape() && loss_mask.shape() == tokens.shape(),
+                 "GPTModel: tokens, labels and loss_mask must all be [b, s]; got ", tokens.describe(), ", ",
+                 labels.describe(), ", ", loss_mask.describe());
+  const int64_t b = tokens.dim(0), s = tokens.dim(1), T = b * s, h = config_.hidden();
+  const DType dt = config_.params_dtype, st = config_.stats_dtype();
+  const uint64_t sites = 1 + TransformerLayer::kDropoutSites * layers.size();
+  const uint64_t offset = kDropoutStream + dropout_step * sites;
+
+  Tensor hidden = ctx.empty({b, s, h}, dt);
+  embedding.forward(ctx, hidden, tokens, training, offset);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    Tensor next = ctx.empty({b, s, h}, dt);
+    layers[i].forward(ctx, next, hidden, training, offset + 1 + TransformerLayer::kDropoutSites * i);
+    hidden = next;
+  }
+  final_hidden_ = ctx.empty({T, h}, dt);
+  final_layernorm.forward(ctx, final_hidden_, hidden.view({T, h}));
+
+  logits_ = ctx.empty({T, config_.padded_vocab_size}, dt);
+  linear_forward(ctx, logits_, final_hidden_, output_weight(), nullptr);
+
+  Tensor losses = ctx.empty({T}, st);
+  lse_ = ctx.empty({T}, st);
+  labels_ = labels.view({T});
+  loss_mask_ = loss_mask.view({T});
+  ops::cross_entropy_forward(ctx, losses, lse_, logits_, labels_);
+  Tensor loss = ctx.empty({1}, st);
+  ops::masked_mean_loss(ctx, loss, losses, loss_mask_);
+  hidden_shape_ = {b, s};
+  return loss;
+}
+
+void GPTModel::backward(Context& ctx, double grad_scale, double denominator) {
+  const int64_t b = hidden_shape_[0], s = hidden_shape_[1], T = b * s, h = config_.hidden();
+  const DType dt = config_.params_dtype, st = config_.stats_dtype();
+
+  // d(grad_scale * sum(loss * mask) / denominator) / d loss[t] = mask[t] * grad_scale / denominator.
+  Tensor dlosses = ctx.empty({T}, st);
+  ops::masked_mean_loss_grad(ctx, dlosses, loss_mask_, denominator / grad_scale);
+  ops::cross_entropy_backward(ctx, logits_, dlosses, logits_, labels_, lse_);  // in place: logits_ := dlogits
+
+  Tensor dfinal = ctx.empty({T, h}, dt);
+  linear_backward(ctx, dfinal, logits_, final_hidden_, output_weight(), nullptr);
+  Tensor dhidden = ctx.empty({b, s, h}, dt);
+  final_layernorm.backward(ctx, dhidden.view({T, h}), dfinal);
+
+  for (size_t i = layers.size(); i-- > 0;) {
+    Tensor dprev = ctx.empty({b, s, h}, dt);
+    layers[i].backward(ctx, dprev, dhidden);
+    dhidden = dprev;
+  }
+  embedding.backward(ctx, dhidden);
+}
+
+double GPTModel::forward_backward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask,
+                                  const StepOptions& step) {
+  Tensor loss = forward(ctx, tokens, labels, loss_mask, /*training=*/true, step.dropout_step);
+  // Without a denominator from the caller, reading this micro-batch's mask sum costs one synchronisation.
+  double denominator = step.loss_denominator;
+  if (denominator <= 0) {
+    Tensor mask_sum = ctx.empty({1}, DType::F32);
+    ops::sum_all(ctx, mask_sum, loss_mask_);
+    denominator = read_scalar(ctx, mask_sum);
+  }
+  // An all-zero mask gives loss 0 and no gradient (Megatron's masked mean would divide by zero).
+  if (denominator != 0.0) backward(ctx, step.grad_scale, denominator);
+  final_hidden_ = logits_ = lse_ = labels_ = loss_mask_ = Tensor();
+  return read_scalar(ctx, loss);
+}
+
+double GPTModel::forward_loss(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask) {
+  Tensor loss = forward(ctx, tokens, labels, loss_mask, /*training=*/false, 0);
+  final_hidden_ = logits_ = lse_ = labels_ = loss_mask_ = Tensor();
+  return read_scalar(ctx, loss);
+}
+
+}  // namespace megatron::nn

@@ -1,0 +1,77 @@
+// GPTModel: Megatron's GPT (embedding -> L pre-norm transformer layers -> final norm -> output layer ->
+// cross-entropy with a loss mask), with an explicit forward and backward.
+//
+// forward_backward(ctx, tokens, labels, loss_mask, step): tokens, labels [b, s] I32/I64, loss_mask [b, s] F32.
+//   Returns the mean masked loss sum(loss * mask) / sum(mask) (Megatron's per-micro-batch loss), and
+//   accumulates (+=) into every parameter's main_grad the gradient of
+//   step.grad_scale * sum(loss * mask) / denominator, denominator = step.loss_denominator or sum(mask)
+//   (the trainer passes grad_scale = 1 / num_micro_batches). An all-zero mask contributes no gradient. Zeroing main grads is the caller's (zero_grads, once per iteration).
+//   Hidden/embedding dropout is on (training mode) with Philox offsets derived from step.dropout_step, which
+//   must differ for every micro-batch of every iteration (e.g. iteration * num_micro_batches + micro_batch).
+// forward_loss(...): the same loss, eval mode (no dropout), no gradients.
+// Both return after synchronising with ctx's stream (the loss is read on the host, after the backward).
+// Saved activations are released at the end of each call.
+//
+// Tied embeddings (the default): the output layer multiplies by embedding.word_embeddings' value and adds
+// its gradient into that parameter's main_grad; parameters() lists it once. Untied: "output_layer.weight"
+// [padded V, h], normal(0, init_method_std), no bias. Logits cover the padded vocabulary (as in Megatron).
+// Activations are in the parameter dtype; norm statistics, softmax/LSE and the loss are F32 (F64 for F64).
+#pragma once
+
+#include <vector>
+
+#include "megatron/nn/config.h"
+#include "megatron/nn/embedding.h"
+#include "megatron/nn/linear.h"
+#include "megatron/nn/norm.h"
+#include "megatron/nn/transformer_layer.h"
+
+namespace megatron::nn {
+
+struct StepOptions {
+  uint64_t dropout_step = 0;      // selects this pass's dropout masks
+  double grad_scale = 1.0;        // gradients are of grad_scale * sum(loss * mask) / loss_denominator
+  double loss_denominator = 0.0;  // 0: sum(loss_mask) of this micro-batch, read from the device (one sync);
+                                  // the trainer passes it (it has the mask on the host) to avoid that sync
+};
+
+class GPTModel {
+ public:
+  // Allocates every parameter on ctx's device and initialises it (init()). On CUDA the parameters must be
+  // BF16 and the head dimension a multiple of 8 (the fused attention's limits); checked before allocating.
+  GPTModel(Context& ctx, const ModelConfig& config);
+  GPTModel(const GPTModel&) = delete;
+  GPTModel& operator=(const GPTModel&) = delete;
+
+  // Megatron's init: weights normal(0, init_method_std), linear_proj / linear_fc2 normal(0, std / sqrt(2L)),
+  // biases 0, norm weights 1; Philox (config.seed, offset = hash of the parameter name).
+  void init(Context& ctx);
+
+  double forward_backward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask,
+                          const StepOptions& step = {});
+  double forward_loss(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask);
+
+  // Every trainable parameter once, in a stable order (embedding, layers, final norm, output layer).
+  ParameterList parameters();
+  const ModelConfig& config() const { return config_; }
+  // The weight the logits are computed with (word embeddings when tied).
+  Parameter& output_weight() { return config_.tied() ? embedding.word_embeddings : output_layer; }
+
+  LanguageModelEmbedding embedding;
+  std::vector<TransformerLayer> layers;
+  Norm final_layernorm;
+  Parameter output_layer;  // untied only: "output_layer.weight"
+
+ private:
+  // Runs the forward pass; returns the loss as a device scalar.
+  Tensor forward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask, bool training,
+                 uint64_t dropout_step);
+  void backward(Context& ctx, double grad_scale, double denominator);
+
+  ModelConfig config_;
+  // Saved by forward for backward.
+  Tensor final_hidden_, logits_, lse_, labels_, loss_mask_;
+  std::vector<int64_t> hidden_shape_;  // {b, s}
+};
+
+}  // namespace megatron::nn

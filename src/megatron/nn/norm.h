@@ -1,0 +1,37 @@
+// Norm: LayerNorm or RMSNorm over the hidden dimension (Megatron's --normalization), eps = --norm-epsilon.
+//
+// Parameters: "<name>.weight" [h] (init 1) and, for LayerNorm, "<name>.bias" [h] (init 0); both exempt from
+// weight decay. Kept in the parameter dtype.
+// forward(ctx, y, x): x [..., h] -> y assigned. Saves x and the statistics (mean, rstd: F32, F64 for F64).
+// backward(ctx, dx, dy, dresidual): dx = the input gradient + dresidual (when defined: the residual stream's
+//   gradient, added in the same pass) assigned; weight/bias main grads accumulated (+=).
+#pragma once
+
+#include <string>
+
+#include "megatron/nn/config.h"
+#include "megatron/nn/parameter.h"
+
+namespace megatron::nn {
+
+class Norm {
+ public:
+  Norm() = default;
+  Norm(Context& ctx, const std::string& name, const ModelConfig& config);
+
+  void init(Context& ctx);
+  void forward(Context& ctx, const Tensor& y, const Tensor& x);
+  void backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& dresidual = Tensor());
+  void collect_parameters(ParameterList& out);
+
+  Parameter weight;
+  Parameter bias;  // LayerNorm only
+
+ private:
+  Normalization kind_ = Normalization::LayerNorm;
+  float eps_ = 1e-5f;
+  DType stats_dtype_ = DType::F32;
+  Tensor saved_x_, mean_, rstd_;
+};
+
+}  // namespace megatron::nn

@@ -1,0 +1,51 @@
+// Parameter: one trainable tensor of a module, its gradient buffer, and what the optimizer needs to know.
+//
+// Contract:
+// - `value` holds the weights in the parameter dtype (F32, BF16, or F64 for CPU gradient checks).
+// - `main_grad` has value's shape and is F32 (F64 when the parameter is F64). Backward passes accumulate
+//   into it (+=) across micro-batches; zero_grad() assigns zeros (the trainer calls it once per iteration).
+// - `name` is Megatron-core's state-dict key ("decoder.layers.3.self_attention.linear_qkv.weight"), so
+//   checkpoints and logs line up with Megatron.
+// - `no_weight_decay` follows Megatron's rule: biases and 1-D parameters (norm weights) are not decayed.
+// Modules own their Parameters as members; ParameterList is a view (pointers) the optimizer walks. A tied
+// weight appears once in the list.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "megatron/runtime/context.h"
+
+namespace megatron::nn {
+
+struct Parameter {
+  std::string name;
+  Tensor value;
+  Tensor main_grad;
+  bool no_weight_decay = false;
+
+  bool defined() const { return value.defined(); }
+};
+
+using ParameterList = std::vector<Parameter*>;
+
+// Allocates value and main_grad (zeroed) on ctx's device; `value` is left uninitialised.
+Parameter make_parameter(Context& ctx, std::string name, const Shape& shape, DType dtype, bool no_weight_decay);
+
+// F32 for BF16/F32 parameters, F64 for F64 parameters.
+DType main_grad_dtype(DType param_dtype);
+
+// Megatron's init, drawn from Philox so the values do not depend on device or layout:
+// value = normal(0, std) with offset = parameter_name_hash(name) and index_base 0.
+void init_normal(Context& ctx, Parameter& p, uint64_t seed, double std);
+// value = constant (norm weights 1, biases 0).
+void init_constant(Context& ctx, Parameter& p, double value);
+
+// A stable 64-bit hash of a parameter name (FNV-1a), the Philox offset of its init.
+uint64_t parameter_name_hash(const std::string& name);
+
+void zero_grads(Context& ctx, const ParameterList& params);
+int64_t count_elements(const ParameterList& params);
+
+}  // namespace megatron::nn

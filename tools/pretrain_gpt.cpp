@@ -1,0 +1,158 @@
+// pretrain_gpt: train a GPT/Llama-style model with Megatron-LM's flags, on CPU or one GPU.
+//
+//   pretrain_gpt --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
+//       --micro-batch-size 4 --global-batch-size 8 --train-iters 100 --lr 1e-3 --mock-data --vocab-size 512
+//
+// Prints the resolved configuration, the parameter count and estimated memory, Megatron's log line every
+// --log-interval iterations, validation loss and perplexity every --eval-interval, and peak memory.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "megatron/data/tokenizers/tokenizer.h"
+#include "megatron/nn/gpt_model.h"
+#include "megatron/train/flags.h"
+#include "megatron/train/flops.h"
+#include "megatron/train/log_line.h"
+#include "megatron/trainer/trainer.h"
+
+using namespace megatron;
+
+namespace {
+
+std::string gib(double bytes) { return str_cat(bytes / double(1ull << 30), " GiB"); }
+
+Device pick_device(const std::string& requested) {
+  if (requested == "cpu") return Device::cpu();
+  if (requested == "cuda" || cuda_device_count() > 0) return Device::cuda(0);
+  return Device::cpu();
+}
+
+int run(const std::vector<std::string>& argv) {
+  train::Arguments args = train::parse_arguments(argv);
+  args.parallel.world_size = 1;
+  MEGATRON_CHECK(args.parallel.tensor_model_parallel_size * args.parallel.pipeline_model_parallel_size *
+                         args.parallel.context_parallel_size == 1,
+                 "pretrain_gpt runs on one device in this version: tensor/pipeline/context parallelism need the "
+                 "distributed runtime (mpirun), which is not built yet");
+
+  // The tokenizer decides the vocabulary (unless --vocab-size is given with mock data).
+  int64_t eod = -1;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  if (!args.data.tokenizer_type.empty()) {
+    data::TokenizerConfig tc;
+    tc.type = args.data.tokenizer_type;
+    tc.vocab_file = args.data.vocab_file;
+    tc.merge_file = args.data.merge_file;
+    tc.tokenizer_model = args.data.tokenizer_model;
+    if (args.model.vocab_size > 0) tc.vocab_size = args.model.vocab_size;
+    tokenizer = data::make_tokenizer(tc);
+    args.model.vocab_size = int(tokenizer->vocab_size());
+    eod = tokenizer->eod();
+  }
+  train::resolve_and_validate(args);
+  if (eod < 0) eod = args.model.vocab_size - 1;
+
+  Device device = pick_device(args.training.device);
+  auto ctx = Context::create(device);
+  DType dtype = args.training.bf16 ? DType::BF16 : (args.training.fp16 ? DType::F16 : DType::F32);
+  std::cout << train::describe_arguments(args) << std::flush;
+
+  nn::ModelConfig model_config = nn::make_model_config(args.model, dtype, uint64_t(args.training.seed));
+  nn::GPTModel model(*ctx, model_config);
+  const int64_t num_params = nn::count_elements(model.parameters());
+  // Weights in the parameter dtype, fp32 main grads, fp32 master (unless fp32 params) and two moments.
+  const double bytes_per_param = double(dtype_size(dtype)) + 4 + (dtype == DType::F32 ? 0 : 4) + 8;
+  std::cout << "device: " << device << ", parameters: " << num_params << " (" << double(num_params) / 1e6
+            << " M), estimated weights + grads + optimizer state: " << gib(double(num_params) * bytes_per_param)
+            << " (activations not included)\n";
+
+  trainer::TrainingData data(args, eod);
+  std::cout << "datasets:\n" << data.describe();
+  trainer::SampleStream train_stream = data.stream(data::Split::train);
+  trainer::SampleStream valid_stream = data.stream(data::Split::valid);
+  trainer::Trainer trainer(*ctx, args, model);
+
+  const auto& t = args.training;
+  const auto start = std::chrono::steady_clock::now();
+  double interval_loss = 0, interval_seconds = 0;
+  int64_t interval_iters = 0, skipped = 0, nans = 0;
+  std::optional<double> last_grad_norm;
+  bool printed_memory = false;
+  for (int64_t iteration = 1; iteration <= t.train_iters; ++iteration) {
+    auto t0 = std::chrono::steady_clock::now();
+    trainer::StepResult r = trainer.train_step(train_stream, iteration);
+    ctx->synchronize();
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    interval_loss += r.loss;
+    interval_seconds += seconds;
+    ++interval_iters;
+    skipped += r.skipped;
+    nans += r.nan_loss;
+    if (r.grad_norm) last_grad_norm = r.grad_norm;
+
+    if (iteration % t.log_interval == 0 || iteration == t.train_iters) {
+      const double per_iter = interval_seconds / double(interval_iters);
+      train::IterationLog log;
+      log.iteration = iteration;
+      log.train_iters = t.train_iters;
+      log.consumed_samples = train_stream.consumed();
+      log.seconds_per_iteration = per_iter;
+      log.tflops_per_gpu = train::tflops_per_gpu(args, t.global_batch_size, per_iter);
+      log.tokens_per_second_per_gpu = double(t.global_batch_size) * args.model.seq_length / per_iter;
+      log.learning_rate = r.learning_rate;
+      log.global_batch_size = t.global_batch_size;
+      log.lm_loss = interval_loss / double(interval_iters);
+      log.loss_scale = trainer.loss_scaler() ? trainer.loss_scaler()->scale() : 1.0;
+      log.grad_norm = last_grad_norm;
+      log.skipped_iterations = skipped;
+      log.nan_iterations = nans;
+      std::cout << train::format_log_line(log) << "\n" << std::flush;
+      interval_loss = interval_seconds = 0;
+      interval_iters = skipped = nans = 0;
+      if (!printed_memory && device.is_cuda()) {
+        AllocatorStats s = ctx->allocator().stats();
+        std::cout << "[after iteration " << iteration << "] memory (GiB): peak allocated "
+                  << double(s.peak_allocated_bytes) / double(1ull << 30) << " | peak reserved "
+                  << double(s.peak_reserved_bytes) / double(1ull << 30) << "\n";
+        printed_memory = true;
+      }
+    }
+    if (t.eval_iters > 0 && t.eval_interval > 0 && iteration % t.eval_interval == 0 && valid_stream.available()) {
+      double loss = trainer.evaluate(valid_stream);
+      std::string line = str_cat(" validation loss at iteration ", iteration, " | lm loss value: ");
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.6E | lm loss PPL: %.6E | ", loss, std::exp(std::min(20.0, loss)));
+      std::string rule(line.size() + std::string(buf).size(), '-');
+      std::cout << rule << "\n" << line << buf << "\n" << rule << "\n" << std::flush;
+    }
+    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60;
+    if (t.exit_interval > 0 && iteration % t.exit_interval == 0) {
+      std::cout << "exiting at iteration " << iteration << " (--exit-interval " << t.exit_interval << ")\n";
+      break;
+    }
+    if (t.exit_duration_in_mins > 0 && minutes >= t.exit_duration_in_mins) {
+      std::cout << "exiting at iteration " << iteration << " after " << minutes << " minutes (--exit-duration-in-mins)\n";
+      break;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h") {
+      std::cout << "usage: pretrain_gpt [Megatron-LM flags]\n\n" << train::flags_help();
+      return 0;
+    }
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    std::cerr << "pretrain_gpt: error: " << e.what() << "\n";
+    return 1;
+  }
+}
