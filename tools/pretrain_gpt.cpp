@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <iostream>
 
+#if MEGATRON_WITH_TOKENIZERS
 #include "megatron/data/tokenizers/tokenizer.h"
+#endif
 #include "megatron/nn/gpt_model.h"
 #include "megatron/train/flags.h"
 #include "megatron/train/flops.h"
@@ -39,6 +41,7 @@ int run(const std::vector<std::string>& argv) {
 
   // The tokenizer decides the vocabulary (unless --vocab-size is given with mock data).
   int64_t eod = -1;
+#if MEGATRON_WITH_TOKENIZERS
   std::unique_ptr<data::Tokenizer> tokenizer;
   if (!args.data.tokenizer_type.empty()) {
     data::TokenizerConfig tc;
@@ -51,6 +54,10 @@ int run(const std::vector<std::string>& argv) {
     args.model.vocab_size = int(tokenizer->vocab_size());
     eod = tokenizer->eod();
   }
+#else
+  MEGATRON_CHECK(args.data.tokenizer_type.empty(), "--tokenizer-type ", args.data.tokenizer_type,
+                 ": this build has no tokenizers (PCRE2 was not found at configure time)");
+#endif
   train::resolve_and_validate(args);
   if (eod < 0) eod = args.model.vocab_size - 1;
 
