@@ -81,13 +81,23 @@ int run(const std::vector<std::string>& argv) {
   trainer::SampleStream valid_stream = data.stream(data::Split::valid);
   trainer::Trainer trainer(*ctx, args, model);
 
+  // Megatron's evaluation block: the loss and its perplexity between two rules.
+  auto print_evaluation = [](const std::string& where, double loss) {
+    std::string line = str_cat(" validation loss at ", where, " | lm loss value: ");
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.6E | lm loss PPL: %.6E | ", loss, std::exp(std::min(20.0, loss)));
+    std::string rule(line.size() + std::string(buf).size(), '-');
+    std::cout << rule << "\n" << line << buf << "\n" << rule << "\n" << std::flush;
+  };
   const auto& t = args.training;
+  int64_t last_iteration = 0;
   const auto start = std::chrono::steady_clock::now();
   double interval_loss = 0, interval_seconds = 0;
   int64_t interval_iters = 0, skipped = 0, nans = 0;
   std::optional<double> last_grad_norm;
   bool printed_memory = false;
   for (int64_t iteration = 1; iteration <= t.train_iters; ++iteration) {
+    last_iteration = iteration;
     auto t0 = std::chrono::steady_clock::now();
     trainer::StepResult r = trainer.train_step(train_stream, iteration);
     ctx->synchronize();
@@ -126,14 +136,8 @@ int run(const std::vector<std::string>& argv) {
         printed_memory = true;
       }
     }
-    if (t.eval_iters > 0 && t.eval_interval > 0 && iteration % t.eval_interval == 0 && valid_stream.available()) {
-      double loss = trainer.evaluate(valid_stream);
-      std::string line = str_cat(" validation loss at iteration ", iteration, " | lm loss value: ");
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%.6E | lm loss PPL: %.6E | ", loss, std::exp(std::min(20.0, loss)));
-      std::string rule(line.size() + std::string(buf).size(), '-');
-      std::cout << rule << "\n" << line << buf << "\n" << rule << "\n" << std::flush;
-    }
+    if (t.eval_iters > 0 && t.eval_interval > 0 && iteration % t.eval_interval == 0 && valid_stream.available())
+      print_evaluation(str_cat("iteration ", iteration), trainer.evaluate(valid_stream));
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60;
     if (t.exit_interval > 0 && iteration % t.exit_interval == 0) {
       std::cout << "exiting at iteration " << iteration << " (--exit-interval " << t.exit_interval << ")\n";
@@ -144,6 +148,9 @@ int run(const std::vector<std::string>& argv) {
       break;
     }
   }
+  trainer::SampleStream test_stream = data.stream(data::Split::test);
+  if (t.eval_iters > 0 && test_stream.available())
+    print_evaluation(str_cat("iteration ", last_iteration, " on test set"), trainer.evaluate(test_stream));
   return 0;
 }
 

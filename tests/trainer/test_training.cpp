@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "harness.h"
+#include "megatron/data/indexed_dataset.h"
 #include "megatron/train/flags.h"
 #include "megatron/trainer/trainer.h"
 
@@ -52,6 +54,58 @@ TEST(Training, TinyModelLearnsMockData) {
 TEST(Training, SameSeedSameLosses) {
   train::Arguments a = tiny_args(8);
   EXPECT_EQ(train_losses(a, nullptr), train_losses(a, nullptr));
+}
+
+}  // namespace
+}  // namespace megatron::trainer
+
+namespace megatron::trainer {
+namespace {
+
+// Two small indexed datasets with disjoint token ranges, blended 0.75 / 0.25: the training stream draws
+// samples from both in that proportion (Megatron's greedy blending), and the weights-free form weighs
+// the components by their sizes.
+std::string write_dataset(const std::filesystem::path& dir, const std::string& name, int32_t first_token, int docs) {
+  std::string prefix = (dir / name).string();
+  data::IndexedDatasetWriter writer(prefix, data::TokenDType::U16);
+  for (int d = 0; d < docs; ++d) {
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 40 + d % 7; ++i) tokens.push_back(first_token + (d * 13 + i) % 100);
+    writer.add_document(std::span<const int32_t>(tokens));
+  }
+  writer.finalize();
+  return prefix;
+}
+
+TEST(TrainingData, BlendsDataPathsByWeight) {
+  std::filesystem::path dir = testing::make_temp_dir("blend_training");
+  std::string a = write_dataset(dir, "a", 0, 300), b = write_dataset(dir, "b", 1000, 300);
+  train::Arguments args = train::parse_arguments(
+      {"--num-layers", "1", "--hidden-size", "8", "--num-attention-heads", "2", "--seq-length", "16",
+       "--micro-batch-size", "4", "--global-batch-size", "8", "--train-iters", "50", "--lr", "1e-3", "--data-path",
+       "0.75", a, "0.25", b, "--split", "90,5,5", "--eval-interval", "10", "--eval-iters", "2", "--vocab-size", "2000",
+       "--data-cache-path", (dir / "cache").string()});
+  args.parallel.world_size = 1;
+  train::resolve_and_validate(args);
+  TrainingData data(args, 1999);
+  SampleStream train = data.stream(data::Split::train);
+  ASSERT_TRUE(train.available());
+  EXPECT_GE(train.size(), 400);  // sum(ceil(400 * w))
+  CpuAllocator host;
+  Tensor samples = train.next(400, host);
+  int from_a = 0;
+  for (int64_t s = 0; s < 400; ++s) from_a += samples.data<int64_t>()[s * 17] < 1000;
+  EXPECT_EQ(from_a, 300) << "greedy blending gives exactly 75% of the first 400 samples to A";
+  EXPECT_EQ(train.consumed(), 400);
+  EXPECT_TRUE(data.stream(data::Split::valid).available());
+  EXPECT_TRUE(data.stream(data::Split::test).available());
+  EXPECT_NE(data.describe().find("blended from"), std::string::npos) << data.describe();
+
+  testing::expect_error([&] { parse_data_path({"0.5", "a", "b"}); }, {"--data-path"});
+  testing::expect_error([&] { parse_data_path({"a", "0.5"}); }, {"--data-path", "looks like a weight"});
+  auto [weights, prefixes] = parse_data_path({"x", "y"});
+  EXPECT_TRUE(weights.empty());
+  EXPECT_EQ(prefixes.size(), 2u);
 }
 
 }  // namespace

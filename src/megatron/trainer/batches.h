@@ -1,5 +1,6 @@
-// Where training and validation samples come from: Megatron's GPTDataset over --data-path (one prefix for
-// now) or the mock dataset (--mock-data), with Megatron's sample counts per split
+// Where training and validation samples come from: Megatron's GPTDataset over --data-path, blended
+// (BlendedDataset) when several prefixes are given ("0.7 A 0.3 B", or "A B" weighted by the components'
+// sizes), or the mock dataset (--mock-data), with Megatron's sample counts per split
 // (train = train_iters * GBS; valid = (train_iters // eval_interval + 1) * eval_iters * GBS; test = eval_iters * GBS).
 //
 // A SampleStream hands out consecutive samples of one split as a host I64 tensor [n, seq_len + 1] and
@@ -10,6 +11,11 @@
 #include <memory>
 #include <optional>
 
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "megatron/data/blended_dataset.h"
 #include "megatron/data/gpt_dataset.h"
 #include "megatron/runtime/context.h"
 #include "megatron/train/arguments.h"
@@ -18,15 +24,19 @@ namespace megatron::trainer {
 
 class SampleStream {
  public:
-  explicit SampleStream(const data::GPTDataset* dataset) : dataset_(dataset) {}
-  bool available() const { return dataset_ != nullptr && dataset_->size() > 0; }
+  using Reader = std::function<void(int64_t index, std::span<int64_t> tokens)>;
+  SampleStream() = default;
+  SampleStream(Reader read, int64_t size, int64_t width) : read_(std::move(read)), size_(size), width_(width) {}
+  bool available() const { return read_ && size_ > 0; }
+  int64_t size() const { return size_; }
   // The next n samples (wrapping around the split); `host` is the CPU allocator for the result.
   Tensor next(int64_t n, Allocator& host);
   int64_t consumed() const { return consumed_; }
   void rewind() { consumed_ = 0; }
 
  private:
-  const data::GPTDataset* dataset_;
+  Reader read_;
+  int64_t size_ = 0, width_ = 0;
   int64_t consumed_ = 0;
 };
 
@@ -38,9 +48,15 @@ class TrainingData {
   std::string describe() const;  // one line per split: samples and source
 
  private:
-  std::unique_ptr<data::TokenSequences> source_;
-  std::array<std::optional<data::GPTDataset>, data::kNumSplits> splits_;
-  std::string source_name_;
+  // One component per --data-path prefix (one for mock data); blends_ only with several components.
+  std::vector<std::unique_ptr<data::TokenSequences>> sources_;
+  std::vector<std::array<std::optional<data::GPTDataset>, data::kNumSplits>> components_;
+  std::array<std::optional<data::BlendedDataset>, data::kNumSplits> blends_;
+  std::vector<std::string> names_;
+  std::vector<double> weights_;
 };
+
+// "--data-path 0.7 A 0.3 B" -> {(0.7, A), (0.3, B)}; "A B" -> weights empty. Mixed forms are an error.
+std::pair<std::vector<double>, std::vector<std::string>> parse_data_path(const std::vector<std::string>& values);
 
 }  // namespace megatron::trainer
