@@ -1,8 +1,7 @@
 #include "megatron/nn/attention.h"
 
 #include "megatron/ops/attention/attention.h"
-#include "megatron/ops/elementwise/elementwise.h"
-#include "megatron/ops/rope/rope.h"
+#include "megatron/ops/qkv/qkv.h"
 
 namespace megatron::nn {
 
@@ -11,6 +10,7 @@ SelfAttention::SelfAttention(Context& ctx, const std::string& name, const ModelC
       g_(config.query_groups()),
       d_(config.head_dim()),
       rope_(config.position_embedding() == PositionEmbedding::Rope),
+      deterministic_(config.deterministic),
       rotary_percent_(config.args.rotary_percent),
       rotary_base_(config.args.rotary_base) {
   const int64_t qkv_rows = g_ * (n_ / g_ + 2) * d_;
@@ -23,27 +23,22 @@ void SelfAttention::init(Context& ctx, const ModelConfig& config) {
   linear_proj.init(ctx, config.seed, config.output_layer_init_std());
 }
 
+std::optional<ops::RopeOptions> SelfAttention::rope() const {
+  if (!rope_) return std::nullopt;
+  return ops::RopeOptions{.base = rotary_base_, .rotary_percent = rotary_percent_};
+}
+
 void SelfAttention::forward(Context& ctx, const Tensor& out, const Tensor& x) {
-  const int64_t b = x.dim(0), s = x.dim(1), T = b * s, r = n_ / g_;
+  const int64_t b = x.dim(0), s = x.dim(1), r = n_ / g_;
   const DType dt = x.dtype();
   Tensor qkv = ctx.empty({b, s, g_ * (r + 2) * d_}, dt);
   linear_qkv.forward(ctx, qkv, x);
 
-  // Split the fused projection (layout in the header).
-  Tensor qkv_t = ctx.empty({(r + 2) * d_, T * g_}, dt);
-  ops::transpose(ctx, qkv_t, qkv.view({T * g_, (r + 2) * d_}));
+  // Split the fused projection into heads, rotating q and k on the way (layout in ops/qkv/qkv.h).
   q_ = ctx.empty({b, s, n_, d_}, dt);
   k_ = ctx.empty({b, s, g_, d_}, dt);
   v_ = ctx.empty({b, s, g_, d_}, dt);
-  ops::transpose(ctx, q_.view({T * g_, r * d_}), qkv_t.slice(0, r * d_));
-  ops::transpose(ctx, k_.view({T * g_, d_}), qkv_t.slice(r * d_, (r + 1) * d_));
-  ops::transpose(ctx, v_.view({T * g_, d_}), qkv_t.slice((r + 1) * d_, (r + 2) * d_));
-
-  if (rope_) {
-    const ops::RopeOptions rope{.base = rotary_base_, .rotary_percent = rotary_percent_};
-    ops::rope_forward(ctx, q_, q_, rope);
-    ops::rope_forward(ctx, k_, k_, rope);
-  }
+  ops::split_qkv_forward(ctx, q_, k_, v_, qkv, rope());
 
   attn_out_ = ctx.empty({b, s, n_, d_}, dt);
   stats_ = ctx.empty({b, n_, s, 1}, DType::F32);
@@ -54,28 +49,19 @@ void SelfAttention::forward(Context& ctx, const Tensor& out, const Tensor& x) {
 
 void SelfAttention::backward(Context& ctx, const Tensor& dx, const Tensor& dout) {
   MEGATRON_CHECK(q_.defined(), "SelfAttention: backward without a forward");
-  const int64_t b = q_.dim(0), s = q_.dim(1), T = b * s, r = n_ / g_;
+  const int64_t b = q_.dim(0), s = q_.dim(1), r = n_ / g_;
   const DType dt = q_.dtype();
 
   Tensor dattn = ctx.empty({b, s, n_, d_}, dt);
   linear_proj.backward(ctx, dattn.view({b, s, n_ * d_}), dout);
 
   Tensor dq = ctx.empty(q_.shape(), dt), dk = ctx.empty(k_.shape(), dt), dv = ctx.empty(v_.shape(), dt);
-  ops::attention_backward(ctx, dq, dk, dv, dattn, q_, k_, v_, attn_out_, stats_, {.causal = true});
+  ops::attention_backward(ctx, dq, dk, dv, dattn, q_, k_, v_, attn_out_, stats_,
+                          {.causal = true, .deterministic = deterministic_});
 
-  if (rope_) {
-    const ops::RopeOptions rope{.base = rotary_base_, .rotary_percent = rotary_percent_};
-    ops::rope_backward(ctx, dq, dq, rope);
-    ops::rope_backward(ctx, dk, dk, rope);
-  }
-
-  // Merge back into the fused layout: the inverse of the forward's split.
-  Tensor dqkv_t = ctx.empty({(r + 2) * d_, T * g_}, dt);
-  ops::transpose(ctx, dqkv_t.slice(0, r * d_), dq.view({T * g_, r * d_}));
-  ops::transpose(ctx, dqkv_t.slice(r * d_, (r + 1) * d_), dk.view({T * g_, d_}));
-  ops::transpose(ctx, dqkv_t.slice((r + 1) * d_, (r + 2) * d_), dv.view({T * g_, d_}));
+  // Rotate dq and dk back and pack the three into the fused layout (the split's transpose).
   Tensor dqkv = ctx.empty({b, s, g_ * (r + 2) * d_}, dt);
-  ops::transpose(ctx, dqkv.view({T * g_, (r + 2) * d_}), dqkv_t);
+  ops::merge_qkv_backward(ctx, dqkv, dq, dk, dv, rope());
 
   linear_qkv.backward(ctx, dx, dqkv);
   q_ = k_ = v_ = attn_out_ = stats_ = Tensor();

@@ -4,20 +4,21 @@
 // Fused QKV weight layout (Megatron-core, [g * (n/g + 2) * d, h]): the rows are grouped per query group;
 // group j holds its n/g query heads (d rows each), then its key head, then its value head. Query head
 // j * (n/g) + i therefore reads key/value head j, which is the attention op's h / (n/g) rule.
-// The split is done with transposes only (no strided views in Tensor):
-//   qkv [T*g, (n/g+2)*d] --transpose--> [(n/g+2)*d, T*g], whose leading-row slices are q^T, k^T, v^T;
-//   each transposes back to q [b, s, n, d], k, v [b, s, g, d]. Backward runs the same steps in reverse.
+// The split (and RoPE on q and k) is one fused pass, ops::split_qkv_forward; backward merges with
+// ops::merge_qkv_backward.
 //
 // forward(ctx, out, x): x [b, s, h] -> out [b, s, h] assigned (linear_proj's bias included).
 //   Saves q (after RoPE), k, v, the attention output and its LSE stats, plus the two Linears' inputs.
 // backward(ctx, dx, dout): dx assigned; every parameter's main grad accumulated (+=).
-// RoPE (position_embedding_type rope) rotates q and k in place: rotary_percent, rotary_base, positions 0..s-1.
+// RoPE (position_embedding_type rope) rotates q and k: rotary_percent, rotary_base, positions 0..s-1.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "megatron/nn/config.h"
 #include "megatron/nn/linear.h"
+#include "megatron/ops/rope/rope.h"
 
 namespace megatron::nn {
 
@@ -35,8 +36,11 @@ class SelfAttention {
   Linear linear_proj;  // [h, n * d]
 
  private:
+  std::optional<ops::RopeOptions> rope() const;  // none without RoPE
+
   int64_t n_ = 0, g_ = 0, d_ = 0;
   bool rope_ = false;
+  bool deterministic_ = false;
   double rotary_percent_ = 1.0, rotary_base_ = 10000.0;
   Tensor q_, k_, v_, attn_out_, stats_;
 };
