@@ -67,6 +67,7 @@ int run(const std::vector<std::string>& argv) {
   std::cout << train::describe_arguments(args) << std::flush;
 
   nn::ModelConfig model_config = nn::make_model_config(args.model, dtype, uint64_t(args.training.seed));
+  model_config.deterministic = args.training.deterministic_mode;
   nn::GPTModel model(*ctx, model_config);
   const int64_t num_params = nn::count_elements(model.parameters());
   // Weights in the parameter dtype, fp32 main grads, fp32 master (unless fp32 params) and two moments.
@@ -98,6 +99,8 @@ int run(const std::vector<std::string>& argv) {
   bool printed_memory = false;
   for (int64_t iteration = 1; iteration <= t.train_iters; ++iteration) {
     last_iteration = iteration;
+    if (t.profile && iteration == t.profile_step_start) cuda_profiler_start();
+    if (t.profile && iteration == t.profile_step_end) cuda_profiler_stop();
     auto t0 = std::chrono::steady_clock::now();
     trainer::StepResult r = trainer.train_step(train_stream, iteration);
     ctx->synchronize();

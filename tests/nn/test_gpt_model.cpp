@@ -387,16 +387,17 @@ TEST(GptModelGpu, F32OnCudaIsRejectedClearly) {
                         {"GPTModel", "not supported on CUDA", "bf16"});
 }
 
-// A BF16 model on `gpu` (CUDA, or the CPU for CI) against the CPU F32 model from the same bf16 weights.
-void expect_bf16_matches_cpu_f32(Context& gpu, const train::ModelArguments& args) {
+// A BF16 (or F16) model on `gpu` (CUDA, or the CPU for CI) against the CPU F32 model from the same rounded
+// weights.
+void expect_bf16_matches_cpu_f32(Context& gpu, const train::ModelArguments& args, DType narrow = DType::BF16) {
   Context& cpu = cpu_context();
-  GPTModel cuda_model(gpu, make_model_config(args, DType::BF16, 42));
+  GPTModel cuda_model(gpu, make_model_config(args, narrow, 42));
   GPTModel cpu_model(cpu, make_model_config(args, DType::F32, 42));
   ParameterList gp = cuda_model.parameters(), cp = cpu_model.parameters();
   ASSERT_EQ(gp.size(), cp.size());
   for (size_t k = 0; k < gp.size(); ++k) {  // the CPU reference starts from the bf16-rounded weights
     ASSERT_EQ(gp[k]->name, cp[k]->name);
-    Tensor host = cpu.empty(gp[k]->value.shape(), DType::BF16);
+    Tensor host = cpu.empty(gp[k]->value.shape(), narrow);
     copy_tensor(gpu, host, gp[k]->value);
     ops::cast(cpu, cp[k]->value, host);
   }
@@ -414,7 +415,7 @@ void expect_bf16_matches_cpu_f32(Context& gpu, const train::ModelArguments& args
     EXPECT_LE(e, 1e-3) << gp[k]->name;
     if (e >= worst) worst = e, worst_name = gp[k]->name;
   }
-  std::cout << "loss " << gpu_loss << " (bf16) vs " << cpu_loss << " (f32); worst gradient nmse " << worst << " ("
+  std::cout << "loss " << gpu_loss << " (" << dtype_name(narrow) << ") vs " << cpu_loss << " (f32); worst gradient nmse " << worst << " ("
             << worst_name << ")\n";
 }
 
@@ -425,6 +426,11 @@ TEST(GptModelGpu, Bf16MatchesCpuF32Gpt2Style) {
 TEST(GptModelGpu, Bf16MatchesCpuF32LlamaStyle) {
   MEGATRON_REQUIRE_GPU();
   expect_bf16_matches_cpu_f32(testing::cuda_context(), gpu_args(true));
+}
+TEST(GptModelGpu, F16MatchesCpuF32BothStyles) {
+  MEGATRON_REQUIRE_GPU();
+  expect_bf16_matches_cpu_f32(testing::cuda_context(), gpu_args(false), DType::F16);
+  expect_bf16_matches_cpu_f32(testing::cuda_context(), gpu_args(true), DType::F16);
 }
 
 // The BF16 plumbing (bf16 activations, F32 main grads and statistics) on the CPU reference ops.

@@ -25,6 +25,32 @@ train::Arguments tiny_args(int64_t iters) {
   return a;
 }
 
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<bool> skipped;
+  std::vector<double> loss_scales;  // after each iteration (1 without a scaler)
+};
+
+// Trains on `device` in `dtype` (F32 on the CPU; BF16 or F16 on CUDA).
+TrainRun train_run(const train::Arguments& a, Device device, DType dtype, double* valid_loss = nullptr) {
+  auto ctx = Context::create(device);
+  nn::ModelConfig config = nn::make_model_config(a.model, dtype, uint64_t(a.training.seed));
+  config.deterministic = a.training.deterministic_mode;
+  nn::GPTModel model(*ctx, config);
+  TrainingData data(a, a.model.vocab_size - 1);
+  SampleStream train = data.stream(data::Split::train), valid = data.stream(data::Split::valid);
+  Trainer trainer(*ctx, a, model);
+  TrainRun run;
+  for (int64_t it = 1; it <= a.training.train_iters; ++it) {
+    StepResult r = trainer.train_step(train, it);
+    run.losses.push_back(r.loss);
+    run.skipped.push_back(r.skipped);
+    run.loss_scales.push_back(trainer.loss_scaler() ? trainer.loss_scaler()->scale() : 1.0);
+  }
+  if (valid_loss) *valid_loss = trainer.evaluate(valid);
+  return run;
+}
+
 std::vector<double> train_losses(const train::Arguments& a, double* valid_loss) {
   auto ctx = Context::cpu();
   nn::GPTModel model(*ctx, nn::make_model_config(a.model, DType::F32, uint64_t(a.training.seed)));
@@ -54,6 +80,45 @@ TEST(Training, TinyModelLearnsMockData) {
 TEST(Training, SameSeedSameLosses) {
   train::Arguments a = tiny_args(8);
   EXPECT_EQ(train_losses(a, nullptr), train_losses(a, nullptr));
+}
+
+// ---- GPU (run on the GPU machine) ----
+
+// --deterministic-mode: two bf16 runs on the GPU give bit-identical losses at every iteration (the attention
+// backward is the one kernel that needs a deterministic variant; the rest is deterministic by construction).
+TEST(TrainingGpu, DeterministicModeGivesIdenticalLosses) {
+  MEGATRON_REQUIRE_GPU();
+  train::Arguments a = tiny_args(12);
+  a.training.bf16 = true;
+  a.training.deterministic_mode = true;
+  const TrainRun first = train_run(a, Device::cuda(0), DType::BF16);
+  const TrainRun second = train_run(a, Device::cuda(0), DType::BF16);
+  ASSERT_EQ(first.losses.size(), second.losses.size());
+  for (size_t i = 0; i < first.losses.size(); ++i)
+    EXPECT_EQ(first.losses[i], second.losses[i]) << "iteration " << i + 1;
+  EXPECT_LT(first.losses.back(), first.losses.front() - 0.3) << "and it trains";
+}
+
+// --fp16: dynamic loss scaling starts at 2^32, skips the iterations whose fp16 gradients overflow (backing
+// the scale off after the hysteresis), then trains; the loss falls like the fp32 run's.
+TEST(TrainingGpu, Fp16WithDynamicLossScalingSkipsOverflowsThenTrains) {
+  MEGATRON_REQUIRE_GPU();
+  train::Arguments a = tiny_args(60);
+  a.training.fp16 = true;
+  train::resolve_and_validate(a);
+  double valid = 0;
+  const TrainRun run = train_run(a, Device::cuda(0), DType::F16, &valid);
+  int skipped = 0;
+  for (bool s : run.skipped) skipped += s;
+  EXPECT_GT(skipped, 0) << "an initial scale of 2^32 must overflow fp16 gradients";
+  EXPECT_LT(skipped, 40);
+  EXPECT_LT(run.loss_scales.back(), 4294967296.0);
+  for (size_t i = 1; i < run.skipped.size(); ++i)
+    if (run.skipped[i]) EXPECT_LE(run.loss_scales[i], run.loss_scales[i - 1]) << "a skip never raises the scale";
+  double last = 0;
+  for (size_t i = run.losses.size() - 5; i < run.losses.size(); ++i) last += run.losses[i] / 5;
+  EXPECT_LT(last, 7.5) << "mean fp16 training loss of the last 5 iterations (ln V = 8.32)";
+  EXPECT_LT(valid, 7.5);
 }
 
 }  // namespace

@@ -44,8 +44,9 @@ std::vector<std::string> model_config_violations(const ModelConfig& c) {
   need(m.attention_dropout == 0, "--attention-dropout ", m.attention_dropout,
        " is not supported yet (the fused attention op has no dropout); pass --attention-dropout 0");
   need(m.init_method_std > 0, "--init-method-std must be positive (got ", m.init_method_std, ")");
-  need(c.params_dtype == DType::F32 || c.params_dtype == DType::BF16 || c.params_dtype == DType::F64,
-       "parameter dtype must be F32, BF16 or F64 (got ", dtype_name(c.params_dtype), ")");
+  need(c.params_dtype == DType::F32 || c.params_dtype == DType::BF16 || c.params_dtype == DType::F16 ||
+           c.params_dtype == DType::F64,
+       "parameter dtype must be F32, BF16, F16 or F64 (got ", dtype_name(c.params_dtype), ")");
   return v;
 }
 

@@ -23,6 +23,7 @@ struct ModelConfig {
   int64_t padded_vocab_size = 0;
   DType params_dtype = DType::F32;  // also the activation dtype
   uint64_t seed = 1234;         // init (Philox offset = hash of the parameter name) and dropout
+  bool deterministic = false;   // --deterministic-mode: only bit-reproducible kernels (attention backward)
 
   int num_layers() const { return args.num_layers; }
   int64_t hidden() const { return args.hidden_size; }

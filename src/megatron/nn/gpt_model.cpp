@@ -27,9 +27,9 @@ double read_scalar(Context& ctx, const Tensor& t) {
 const ModelConfig& check_device_support(Context& ctx, const ModelConfig& config) {
   if (!ctx.is_cuda()) return config;
   std::vector<std::string> v;
-  if (config.params_dtype != DType::BF16)
+  if (config.params_dtype != DType::BF16 && config.params_dtype != DType::F16)
     v.push_back(str_cat("parameter dtype ", dtype_name(config.params_dtype),
-                        " on CUDA: the fused attention (cuDNN) runs in bf16/fp16 only; use --bf16"));
+                        " on CUDA: the fused attention (cuDNN) runs in bf16/fp16 only; use --bf16 or --fp16"));
   if (config.head_dim() % 8 != 0 || config.head_dim() > 256)
     v.push_back(str_cat("--kv-channels ", config.head_dim(),
                         " on CUDA: the fused attention needs a head dimension that is a multiple of 8 and <= 256"));

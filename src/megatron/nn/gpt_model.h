@@ -38,7 +38,7 @@ struct StepOptions {
 class GPTModel {
  public:
   // Allocates every parameter on ctx's device and initialises it (init()). On CUDA the parameters must be
-  // BF16 and the head dimension a multiple of 8 (the fused attention's limits); checked before allocating.
+  // BF16 or F16 and the head dimension a multiple of 8 (the fused attention's limits); checked before allocating.
   GPTModel(Context& ctx, const ModelConfig& config);
   GPTModel(const GPTModel&) = delete;
   GPTModel& operator=(const GPTModel&) = delete;

@@ -5,12 +5,18 @@
 
 namespace megatron::nn {
 
-void linear_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parameter& weight, const Parameter* bias) {
+void linear_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parameter& weight, const Parameter* bias,
+                    const Tensor& gelu_input_out) {
   const int64_t in = weight.value.dim(1), out = weight.value.dim(0);
+  const bool has_bias = bias != nullptr && bias->defined();
+  const bool gelu = gelu_input_out.defined();
   ops::GemmOptions opt{.transpose_b = true};
-  if (bias != nullptr && bias->defined()) {
+  if (has_bias) opt.bias = bias->value;
+  if (gelu) {
+    opt.epilogue = has_bias ? ops::GemmEpilogue::BiasGelu : ops::GemmEpilogue::Gelu;
+    opt.gelu_input_out = gelu_input_out.view({-1, out});
+  } else if (has_bias) {
     opt.epilogue = ops::GemmEpilogue::Bias;
-    opt.bias = bias->value;
   }
   ops::gemm(ctx, y.view({-1, out}), x.view({-1, in}), weight.value, opt);
 }
@@ -21,13 +27,15 @@ void linear_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Ten
   const Tensor dy2 = dy.view({-1, out});
   const Tensor x2 = x.view({-1, in});
   if (dx.defined()) ops::gemm(ctx, dx.view({-1, in}), dy2, weight.value, {});
-  ops::gemm(ctx, weight.main_grad, dy2, x2, {.transpose_a = true, .beta = 1.0f});
-  if (bias != nullptr && bias->defined()) {
-    // db[o] += sum_t dy[t, o] as dy^T @ ones: one accumulate path for every dtype (sum_columns writes F32 only).
-    Tensor ones = ctx.empty({dy2.dim(0), 1}, dy2.dtype());
-    ops::fill(ctx, ones, 1.0);
-    ops::gemm(ctx, bias->main_grad.view({out, 1}), dy2, ones, {.transpose_a = true, .beta = 1.0f});
+  if (bias == nullptr || !bias->defined()) {
+    ops::gemm(ctx, weight.main_grad, dy2, x2, {.transpose_a = true, .beta = 1.0f});
+    return;
   }
+  // The bias gradient sum_t dy[t, :] comes out of the weight-gradient gemm's epilogue (assigned, so into a
+  // scratch) and is then accumulated into the main grad.
+  Tensor db = ctx.empty({out}, bias->main_grad.dtype());
+  ops::gemm(ctx, weight.main_grad, dy2, x2, {.transpose_a = true, .beta = 1.0f, .bias_grad_out = db});
+  ops::add(ctx, bias->main_grad, bias->main_grad, db);
 }
 
 Linear::Linear(Context& ctx, const std::string& name, int64_t in_features, int64_t out_features, bool bias,
@@ -41,8 +49,8 @@ void Linear::init(Context& ctx, uint64_t seed, double std) {
   if (bias.defined()) init_constant(ctx, bias, 0.0);
 }
 
-void Linear::forward(Context& ctx, const Tensor& y, const Tensor& x) {
-  linear_forward(ctx, y, x, weight, &bias);
+void Linear::forward(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& gelu_input_out) {
+  linear_forward(ctx, y, x, weight, &bias, gelu_input_out);
   saved_x_ = x;
 }
 

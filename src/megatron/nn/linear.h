@@ -1,10 +1,12 @@
 // Linear: y = x W^T + b, W [out, in] (nn.Linear / Megatron layout), b [out] (optional).
 //
 // forward(ctx, y, x):   x [..., in], y [..., out] assigned. Saves x (a handle, no copy).
+// forward(ctx, y, x, gelu_input_out): y = gelu(x W^T + b) from the gemm's epilogue (tanh GELU, fp32), and
+//   gelu_input_out [..., out] receives x W^T + b, what the GELU's backward needs. One pass instead of two.
 // backward(ctx, dx, dy): dy [..., out];
 //   dx = dy W            assigned (dx may be undefined: the input gradient is not wanted);
 //   W.main_grad += dy^T x (gemm with beta = 1 straight into the F32/F64 main grad);
-//   b.main_grad += sum over rows of dy (a gemm with a ones vector, also beta = 1).
+//   b.main_grad += sum over rows of dy (from the dW gemm's bias-gradient epilogue, then added).
 // All tensors share the parameter dtype; main grads are F32 (F64 for F64 parameters).
 // linear_forward/linear_backward are the same computation on borrowed parameters (the tied output layer).
 #pragma once
@@ -15,7 +17,8 @@
 
 namespace megatron::nn {
 
-void linear_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parameter& weight, const Parameter* bias);
+void linear_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parameter& weight, const Parameter* bias,
+                    const Tensor& gelu_input_out = Tensor());
 void linear_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x, Parameter& weight,
                      Parameter* bias);
 
@@ -28,7 +31,7 @@ class Linear {
   // weight ~ normal(0, std) (Philox, offset = hash of its name), bias = 0.
   void init(Context& ctx, uint64_t seed, double std);
 
-  void forward(Context& ctx, const Tensor& y, const Tensor& x);
+  void forward(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& gelu_input_out = Tensor());
   void backward(Context& ctx, const Tensor& dx, const Tensor& dy);
 
   void collect_parameters(ParameterList& out);

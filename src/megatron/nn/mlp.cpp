@@ -26,10 +26,13 @@ void MLP::init(Context& ctx, const ModelConfig& config) {
 
 void MLP::forward(Context& ctx, const Tensor& out, const Tensor& x) {
   pre_act_ = ctx.empty(with_last(x.shape(), linear_fc1.out_features()), x.dtype());
-  linear_fc1.forward(ctx, pre_act_, x);
   Tensor act = ctx.empty(with_last(x.shape(), ffn_), x.dtype());
-  if (swiglu_) ops::swiglu_forward(ctx, act, pre_act_);
-  else ops::gelu_forward(ctx, act, pre_act_);
+  if (swiglu_) {
+    linear_fc1.forward(ctx, pre_act_, x);
+    ops::swiglu_forward(ctx, act, pre_act_);
+  } else {
+    linear_fc1.forward(ctx, act, x, /*gelu_input_out=*/pre_act_);  // GELU in the gemm's epilogue
+  }
   linear_fc2.forward(ctx, out, act);
 }
 

@@ -3,6 +3,8 @@
 #include <cstring>
 
 #if MEGATRON_WITH_CUDA
+#include <cuda_profiler_api.h>
+
 #include "megatron/core/cuda_check.h"
 #include "megatron/runtime/cuda_libraries.h"
 #include "megatron/tensor/cuda_allocators.h"
@@ -15,6 +17,18 @@ struct CudaLibraries {};
 namespace megatron {
 
 bool cuda_backend_compiled() { return MEGATRON_WITH_CUDA != 0; }
+
+void cuda_profiler_start() {
+#if MEGATRON_WITH_CUDA
+  CUDA_CHECK(cudaProfilerStart());
+#endif
+}
+
+void cuda_profiler_stop() {
+#if MEGATRON_WITH_CUDA
+  CUDA_CHECK(cudaProfilerStop());
+#endif
+}
 
 int cuda_device_count() {
 #if MEGATRON_WITH_CUDA

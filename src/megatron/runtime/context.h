@@ -19,6 +19,10 @@ struct CudaLibraries;  // runtime/cuda_libraries.h (CUDA builds)
 bool cuda_backend_compiled();
 // Number of visible CUDA devices (0 in a CPU-only build or on a machine without a GPU).
 int cuda_device_count();
+// Marks the region an external profiler (ncu / nsys with --profile-from-start off) records:
+// cudaProfilerStart / cudaProfilerStop. No-ops in a CPU-only build.
+void cuda_profiler_start();
+void cuda_profiler_stop();
 
 class Context {
  public:

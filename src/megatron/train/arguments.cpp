@@ -94,6 +94,9 @@ std::vector<std::string> constraint_violations(const Arguments& a) {
   need(t.device == "auto" || t.device == "cpu" || t.device == "cuda", "--device '", t.device, "' must be auto, cpu or cuda");
   need(t.log_interval > 0, "--log-interval must be positive (got ", t.log_interval, ")");
   need(t.eval_iters == 0 || t.eval_interval > 0, "--eval-interval must be positive when --eval-iters ", t.eval_iters, " > 0");
+  if (t.profile)
+    need(t.profile_step_start >= 1 && t.profile_step_end > t.profile_step_start, "--profile-step-start ",
+         t.profile_step_start, " must be >= 1 and less than --profile-step-end ", t.profile_step_end);
 
   need(tp > 0 && pp > 0 && cp > 0 && p.expert_model_parallel_size > 0, "parallel sizes must be positive (TP ", tp,
        ", PP ", pp, ", CP ", cp, ", EP ", p.expert_model_parallel_size, ")");

@@ -63,6 +63,9 @@ struct TrainingArguments {
   int64_t eval_iters = 100;
   int64_t exit_interval = 0;
   double exit_duration_in_mins = 0;
+  bool profile = false;              // mark iterations [profile_step_start, profile_step_end) for a profiler
+  int64_t profile_step_start = 10;
+  int64_t profile_step_end = 12;
 };
 
 struct ParallelArguments {

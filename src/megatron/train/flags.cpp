@@ -148,6 +148,10 @@ const std::vector<FlagSpec>& flag_table() {
       flag("--eval-iters", &A::training, &T::eval_iters, "iterations per evaluation"),
       flag("--exit-interval", &A::training, &T::exit_interval, "stop at an iteration multiple of this"),
       flag("--exit-duration-in-mins", &A::training, &T::exit_duration_in_mins, "stop after this many minutes"),
+      flag("--profile", &A::training, &T::profile,
+           "mark iterations for an external profiler (cudaProfilerStart/Stop; e.g. ncu --profile-from-start off)"),
+      flag("--profile-step-start", &A::training, &T::profile_step_start, "first profiled iteration"),
+      flag("--profile-step-end", &A::training, &T::profile_step_end, "profiling stops before this iteration"),
       // parallelism
       flag("--tensor-model-parallel-size", &A::parallel, &P::tensor_model_parallel_size, "TP"),
       flag("--pipeline-model-parallel-size", &A::parallel, &P::pipeline_model_parallel_size, "PP"),
