@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# On the GPU machine, after scripts/gpu/run.sh (or with BUILD_TARGETS_ONLY=1, which builds just what this
+# needs): the issue-3 measurements side by side in one call, on one GPU:
+#   1. pretrain_gpt vs the PyTorch peer (bench/reference/bench_reference.py: torch.compile, SDPA flash,
+#      fused AdamW) on GPT-2 124M (gbs 512) and the Llama-style 0.89B (gbs 32), same micro-batch;
+#   2. parity: parity_export then bench/reference/parity.py, bf16 on the GPU (GPT-2-style and Llama-style
+#      small models, 20 iterations) and fp32 on the CPU;
+#   3. determinism: two --deterministic-mode runs, losses compared.
+# Logs under $OUT; a markdown table is printed last (and written to $OUT/bench_models.md).
+#
+#   scripts/gpu/bench_models.sh [--skip-peer] [--only gpt2|llama|parity|determinism]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+BUILD=${BUILD:-build-gpu}
+SKIP_PEER=0
+ONLY=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --skip-peer) SKIP_PEER=1 ;;
+    --only) ONLY=$2; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+
+if [ "${BUILD_TARGETS_ONLY:-0}" = 1 ]; then
+  cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" >"$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
+  cmake --build $BUILD -j "$(nproc)" --target pretrain_gpt parity_export >"$OUT/build_models.log" 2>&1 ||
+    { grep -E "error|FAILED" "$OUT/build_models.log" | head -30; exit 1; }
+fi
+PRETRAIN=$BUILD/tools/pretrain_gpt
+EXPORT=$BUILD/bench/parity_export
+rows=()
+
+GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
+      --vocab-size 50257)
+LLAMA=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
+       --ffn-hidden-size 5632 --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000
+       --position-embedding-type rope --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights
+       --disable-bias-linear)
+COMMON=(--lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --adam-beta2 0.95
+        --bf16 --mock-data --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-interval 100000
+        --eval-iters 0 --device cuda)
+
+# ours: mean over the last 5 log lines of ms/iteration, TFLOP/s, tokens/s; peak allocated after the first.
+ours() {  # name mbs gbs iters model-args...
+  local name=$1 mbs=$2 gbs=$3 iters=$4
+  shift 4
+  local log="$OUT/ours_${name}_mbs${mbs}.log"
+  $PRETRAIN "$@" "${COMMON[@]}" --micro-batch-size "$mbs" --global-batch-size "$gbs" --train-iters "$iters" >"$log" 2>&1
+  local rc=$?
+  python3 - "$log" "$name" "$mbs" "$gbs" "$rc" <<'EOF'
+import re, sys
+log, name, mbs, gbs, rc = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+text = open(log).read()
+its = re.findall(r"elapsed time per iteration \(ms\): ([\d.]+) \| throughput per GPU \(TFLOP/s/GPU\): ([\d.]+).*?tokens per second per GPU: (\d+)", text)
+mem = re.search(r"peak allocated ([\d.]+)", text)
+if rc != "0" or len(its) < 2:
+    err = [l for l in text.splitlines() if "error" in l.lower()][:3]
+    print(f"| ours | {name} | {mbs} | {gbs} | FAILED (rc {rc}) {' / '.join(err)} | | | | |")
+    sys.exit(0)
+last = its[-5:] if len(its) >= 6 else its[1:]
+ms = sum(float(x[0]) for x in last) / len(last)
+tf = sum(float(x[1]) for x in last) / len(last)
+tok = sum(float(x[2]) for x in last) / len(last)
+print(f"| ours | {name} | {mbs} | {gbs} | {ms:.1f} | {tok:,.0f} | {tf:.1f} | {100 * tf / 989:.1f}% | {float(mem.group(1)) if mem else float('nan'):.2f} |")
+EOF
+}
+
+peer() {  # name mbs gbs
+  local log="$OUT/peer_$1_mbs$2.log"
+  PYTHONUNBUFFERED=1 python3 bench/reference/bench_reference.py --model "$1" --micro-batch-size "$2" \
+    --global-batch-size "$3" --iters 6 --warmup 3 >"$log" 2>&1
+  python3 - "$log" "$1" "$2" "$3" <<'EOF'
+import json, sys
+log, name, mbs, gbs = sys.argv[1:5]
+lines = [l for l in open(log) if l.startswith("RESULT ")]
+if not lines:
+    tail = open(log).read().strip().splitlines()[-2:]
+    print(f"| pytorch compile | {name} | {mbs} | {gbs} | FAILED {' / '.join(tail)[:200]} | | | | |")
+    sys.exit(0)
+r = json.loads(lines[-1][7:])
+print(f"| pytorch compile | {name} | {mbs} | {gbs} | {r['ms_per_iteration']:.1f} | {r['tokens_per_s']:,.0f} | "
+      f"{r['tflops_per_gpu']:.1f} | {100 * r['mfu']:.1f}% | {r['peak_allocated_gib']:.2f} |")
+EOF
+}
+
+if want gpt2; then
+  rows+=("$(ours gpt2-124m 64 512 8 "${GPT2[@]}")")
+  rows+=("$(ours gpt2-124m 32 512 8 "${GPT2[@]}")")
+  [ $SKIP_PEER = 0 ] && rows+=("$(peer gpt2-124m 64 512)")
+fi
+if want llama; then
+  rows+=("$(ours llama-0.89b 8 32 10 "${LLAMA[@]}")")
+  rows+=("$(ours llama-0.89b 16 32 10 "${LLAMA[@]}")")
+  [ $SKIP_PEER = 0 ] && rows+=("$(peer llama-0.89b 8 32)")
+fi
+
+parity_rows=()
+parity() {  # name device dtype-flag args...
+  local name=$1 device=$2 dtflag=$3
+  shift 3
+  local dir="$OUT/parity_$name"
+  rm -rf "$dir"
+  $EXPORT --parity-dir "$dir" --parity-name "$name" "$@" $dtflag --device "$device" --mock-data \
+    --hidden-dropout 0 --attention-dropout 0 --train-iters 20 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine \
+    --lr-warmup-iters 3 --weight-decay 0.1 --clip-grad 1.0 --micro-batch-size 4 --global-batch-size 8 \
+    --seed 11 >"$OUT/parity_$name.export.log" 2>&1 || { parity_rows+=("| $name | export FAILED: $(tail -1 "$OUT/parity_$name.export.log") |"); return; }
+  python3 bench/reference/parity.py "$dir" --device "$device" >"$OUT/parity_$name.log" 2>&1
+  parity_rows+=("| $name | $(tail -1 "$OUT/parity_$name.log") |")
+}
+SMALL_GPT=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 256 --max-position-embeddings 256
+           --vocab-size 4000)
+SMALL_LLAMA=(--num-layers 4 --hidden-size 256 --num-attention-heads 8 --group-query-attention --num-query-groups 2
+             --ffn-hidden-size 688 --seq-length 256 --vocab-size 4000 --position-embedding-type rope --swiglu
+             --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear)
+if want parity; then
+  parity gpt2style_bf16_gpu cuda --bf16 "${SMALL_GPT[@]}"
+  parity llamastyle_bf16_gpu cuda --bf16 "${SMALL_LLAMA[@]}"
+  parity gpt2style_fp32_cpu cpu "" "${SMALL_GPT[@]/256/64}"
+  parity llamastyle_fp32_cpu cpu "" "${SMALL_LLAMA[@]/256/64}"
+fi
+
+det_row=""
+if want determinism; then
+  for run in 1 2; do
+    $PRETRAIN "${SMALL_LLAMA[@]}" "${COMMON[@]}" --deterministic-mode --micro-batch-size 4 --global-batch-size 16 \
+      --train-iters 30 --seed 5 >"$OUT/deterministic_$run.log" 2>&1
+    grep -o "lm loss: [0-9.E+-]*" "$OUT/deterministic_$run.log" >"$OUT/deterministic_$run.losses"
+  done
+  n=$(wc -l <"$OUT/deterministic_1.losses")
+  if [ "$n" -gt 0 ] && cmp -s "$OUT/deterministic_1.losses" "$OUT/deterministic_2.losses"; then
+    det_row="determinism: two --deterministic-mode runs, $n logged losses, identical"
+  else
+    det_row="determinism: FAILED ($n losses; diff: $(diff "$OUT/deterministic_1.losses" "$OUT/deterministic_2.losses" | head -2 | tr '\n' ' '))"
+  fi
+fi
+
+{
+  echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
+  if [ ${#rows[@]} -gt 0 ]; then
+    echo
+    echo "| impl | model | mbs | gbs | ms/iter | tokens/s | TFLOP/s/GPU | MFU | peak alloc GiB |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${rows[@]}"
+  fi
+  if [ ${#parity_rows[@]} -gt 0 ]; then
+    echo
+    echo "| parity run | result |"
+    echo "|---|---|"
+    printf '%s\n' "${parity_rows[@]}"
+  fi
+  [ -n "$det_row" ] && echo && echo "$det_row"
+} | tee "$OUT/bench_models.md"

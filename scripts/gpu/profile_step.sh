@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# On the GPU machine, after the build: where one training iteration's GPU time goes. Runs pretrain_gpt under
+# Nsight Compute, recording only iteration 2 (pretrain_gpt --profile marks it with cudaProfilerStart/Stop),
+# and prints the kernels' summed duration by kernel, largest first, with the share of the total.
+#
+#   scripts/gpu/profile_step.sh gpt2|llama [micro-batch]     (one micro-batch per iteration)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+model=${1:-gpt2}
+mbs=${2:-8}
+case $model in
+  gpt2) ARGS=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
+              --vocab-size 50257) ;;
+  llama) ARGS=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
+               --ffn-hidden-size 5632 --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000
+               --position-embedding-type rope --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights
+               --disable-bias-linear) ;;
+  *) echo "model: gpt2 or llama" >&2; exit 2 ;;
+esac
+csv="$OUT/profile_${model}.csv"
+ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --log-file "$csv" \
+  $BUILD/tools/pretrain_gpt "${ARGS[@]}" --micro-batch-size "$mbs" --global-batch-size "$mbs" --train-iters 3 \
+  --lr 3e-4 --bf16 --mock-data --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-iters 0 \
+  --device cuda --profile --profile-step-start 2 --profile-step-end 3 >"$OUT/profile_${model}.log" 2>&1
+python3 - "$csv" "$model" "$mbs" <<'PY'
+import csv, sys, collections
+path, model, mbs = sys.argv[1:4]
+rows = [r for r in csv.reader(l for l in open(path) if l.startswith('"'))]
+head = rows[0]
+ki, mi, vi = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+unit_i = head.index("Metric Unit")
+total = collections.Counter(); count = collections.Counter()
+for r in rows[1:]:
+    if r[mi] != "gpu__time_duration.sum": continue
+    v = float(r[vi].replace(",", ""))
+    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r[unit_i], 1.0)
+    name = r[ki].split("(")[0][:90]
+    total[name] += v * scale; count[name] += 1
+s = sum(total.values())
+print(f"profile {model} mbs {mbs}: {sum(count.values())} kernels, {s/1e3:.2f} ms of kernel time in one iteration")
+print("| kernel | calls | ms | share |")
+print("|---|---|---|---|")
+for name, us in total.most_common(30):
+    print(f"| {name} | {count[name]} | {us/1e3:.3f} | {100*us/s:.1f}% |")
+PY
