@@ -115,9 +115,9 @@ parity() {  # name device dtype-flag args...
   parity_rows+=("| $name | $(tail -1 "$OUT/parity_$name.log") |")
 }
 SMALL_GPT=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 256 --max-position-embeddings 256
-           --vocab-size 4000)
+           --vocab-size 4096)
 SMALL_LLAMA=(--num-layers 4 --hidden-size 256 --num-attention-heads 8 --group-query-attention --num-query-groups 2
-             --ffn-hidden-size 688 --seq-length 256 --vocab-size 4000 --position-embedding-type rope --swiglu
+             --ffn-hidden-size 688 --seq-length 256 --vocab-size 4096 --position-embedding-type rope --swiglu
              --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear)
 if want parity; then
   parity gpt2style_bf16_gpu cuda --bf16 "${SMALL_GPT[@]}"
