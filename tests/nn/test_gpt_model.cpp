@@ -433,8 +433,9 @@ TEST(GptModelGpu, F16MatchesCpuF32BothStyles) {
   expect_bf16_matches_cpu_f32(testing::cuda_context(), gpu_args(true), DType::F16);
 }
 
-// The BF16 plumbing (bf16 activations, F32 main grads and statistics) on the CPU reference ops.
-TEST(GptModel, CpuBf16MatchesCpuF32) {
+// The BF16 and F16 plumbing (narrow activations, F32 main grads and statistics) on the CPU reference ops.
+TEST(GptModel, CpuBf16AndF16MatchCpuF32) {
+  for (DType narrow : {DType::BF16, DType::F16})
   for (bool llama : {false, true}) {
     train::ModelArguments args = llama ? config_b() : config_a();
     args.hidden_size = 32;
@@ -442,7 +443,7 @@ TEST(GptModel, CpuBf16MatchesCpuF32) {
     args.vocab_size = 100;
     args.seq_length = 16;
     args.init_method_std = 0.05;
-    expect_bf16_matches_cpu_f32(cpu_context(), args);
+    expect_bf16_matches_cpu_f32(cpu_context(), args, narrow);
   }
 }
 

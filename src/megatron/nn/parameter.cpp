@@ -5,8 +5,9 @@
 namespace megatron::nn {
 
 DType main_grad_dtype(DType param_dtype) {
-  MEGATRON_CHECK(param_dtype == DType::F32 || param_dtype == DType::BF16 || param_dtype == DType::F64,
-                 "parameters are F32, BF16 or F64; got ", dtype_name(param_dtype));
+  MEGATRON_CHECK(param_dtype == DType::F32 || param_dtype == DType::BF16 || param_dtype == DType::F16 ||
+                     param_dtype == DType::F64,
+                 "parameters are F32, BF16, F16 or F64; got ", dtype_name(param_dtype));
   return param_dtype == DType::F64 ? DType::F64 : DType::F32;
 }
 

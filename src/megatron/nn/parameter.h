@@ -1,7 +1,7 @@
 // Parameter: one trainable tensor of a module, its gradient buffer, and what the optimizer needs to know.
 //
 // Contract:
-// - `value` holds the weights in the parameter dtype (F32, BF16, or F64 for CPU gradient checks).
+// - `value` holds the weights in the parameter dtype (F32, BF16, F16, or F64 for CPU gradient checks).
 // - `main_grad` has value's shape and is F32 (F64 when the parameter is F64). Backward passes accumulate
 //   into it (+=) across micro-batches; zero_grad() assigns zeros (the trainer calls it once per iteration).
 // - `name` is Megatron-core's state-dict key ("decoder.layers.3.self_attention.linear_qkv.weight"), so
@@ -33,7 +33,7 @@ using ParameterList = std::vector<Parameter*>;
 // Allocates value and main_grad (zeroed) on ctx's device; `value` is left uninitialised.
 Parameter make_parameter(Context& ctx, std::string name, const Shape& shape, DType dtype, bool no_weight_decay);
 
-// F32 for BF16/F32 parameters, F64 for F64 parameters.
+// F32 for BF16/F16/F32 parameters, F64 for F64 parameters.
 DType main_grad_dtype(DType param_dtype);
 
 // Megatron's init, drawn from Philox so the values do not depend on device or layout:
