@@ -81,15 +81,14 @@ Tensor GPTModel::forward(Context& ctx, const Tensor& tokens, const Tensor& label
   const uint64_t sites = 1 + TransformerLayer::kDropoutSites * layers.size();
   const uint64_t offset = kDropoutStream + dropout_step * sites;
 
-  Tensor hidden = ctx.empty({b, s, h}, dt);
-  embedding.forward(ctx, hidden, tokens, training, offset);
-  for (size_t i = 0; i < layers.size(); ++i) {
-    Tensor next = ctx.empty({b, s, h}, dt);
-    layers[i].forward(ctx, next, hidden, training, offset + 1 + TransformerLayer::kDropoutSites * i);
-    hidden = next;
-  }
+  Tensor embedded = ctx.empty({b, s, h}, dt);
+  embedding.forward(ctx, embedded, tokens, training, offset);
+  ResidualStream stream{embedded, Tensor()};
+  for (size_t i = 0; i < layers.size(); ++i)
+    stream = layers[i].forward(ctx, stream, training, offset + 1 + TransformerLayer::kDropoutSites * i);
   final_hidden_ = ctx.empty({T, h}, dt);
-  final_layernorm.forward(ctx, final_hidden_, hidden.view({T, h}));
+  norm_of_stream(ctx, final_layernorm, final_hidden_,
+                 {stream.residual.view({T, h}), stream.branch.defined() ? stream.branch.view({T, h}) : Tensor()});
 
   logits_ = ctx.empty({T, config_.padded_vocab_size}, dt);
   linear_forward(ctx, logits_, final_hidden_, output_weight(), nullptr);

@@ -28,6 +28,18 @@ void Norm::forward(Context& ctx, const Tensor& y, const Tensor& x) {
   saved_x_ = x;
 }
 
+void Norm::forward(Context& ctx, const Tensor& y, const Tensor& sum, const Tensor& x, const Tensor& residual) {
+  const int64_t rows = x.shape().rows();
+  rstd_ = ctx.empty({rows}, stats_dtype_);
+  if (kind_ == Normalization::LayerNorm) {
+    mean_ = ctx.empty({rows}, stats_dtype_);
+    ops::layer_norm_forward(ctx, y, sum, mean_, rstd_, x, residual, weight.value, bias.value, eps_);
+  } else {
+    ops::rms_norm_forward(ctx, y, sum, rstd_, x, residual, weight.value, eps_);
+  }
+  saved_x_ = sum;
+}
+
 void Norm::backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& dresidual) {
   MEGATRON_CHECK(saved_x_.defined(), "Norm ", weight.name, ": backward without a forward");
   if (kind_ == Normalization::LayerNorm)

@@ -3,6 +3,9 @@
 // Parameters: "<name>.weight" [h] (init 1) and, for LayerNorm, "<name>.bias" [h] (init 0); both exempt from
 // weight decay. Kept in the parameter dtype.
 // forward(ctx, y, x): x [..., h] -> y assigned. Saves x and the statistics (mean, rstd: F32, F64 for F64).
+// forward(ctx, y, sum, x, residual): the pre-norm "add then norm" in one pass: sum = x + residual (assigned,
+//   rounded to x's dtype), y = norm(sum); saves sum as the input. The backward is the same: the gradient of
+//   the sum reaches both addends unchanged.
 // backward(ctx, dx, dy, dresidual): dx = the input gradient + dresidual (when defined: the residual stream's
 //   gradient, added in the same pass) assigned; weight/bias main grads accumulated (+=).
 #pragma once
@@ -21,8 +24,11 @@ class Norm {
 
   void init(Context& ctx);
   void forward(Context& ctx, const Tensor& y, const Tensor& x);
+  void forward(Context& ctx, const Tensor& y, const Tensor& sum, const Tensor& x, const Tensor& residual);
   void backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& dresidual = Tensor());
   void collect_parameters(ParameterList& out);
+  // What the last forward normalised (the sum, for the fused variant); undefined after backward.
+  const Tensor& saved_input() const { return saved_x_; }
 
   Parameter weight;
   Parameter bias;  // LayerNorm only

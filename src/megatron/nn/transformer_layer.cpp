@@ -4,6 +4,15 @@
 
 namespace megatron::nn {
 
+void norm_of_stream(Context& ctx, Norm& norm, const Tensor& y, const ResidualStream& stream) {
+  if (!stream.branch.defined()) {
+    norm.forward(ctx, y, stream.residual);
+    return;
+  }
+  Tensor sum = ctx.empty(stream.residual.shape(), stream.residual.dtype());
+  norm.forward(ctx, y, sum, stream.branch, stream.residual);
+}
+
 TransformerLayer::TransformerLayer(Context& ctx, const std::string& prefix, const ModelConfig& config)
     : input_layernorm(ctx, prefix + ".input_layernorm", config),
       self_attention(ctx, prefix + ".self_attention", config),
@@ -19,9 +28,11 @@ void TransformerLayer::init(Context& ctx, const ModelConfig& config) {
   mlp.init(ctx, config);
 }
 
-void TransformerLayer::residual_dropout_forward(Context& ctx, const Tensor& y, const Tensor& x,
-                                                const Tensor& residual, uint64_t offset) {
-  ops::bias_dropout_add_forward(ctx, y, x, Tensor(), residual, active_p_, seed_, offset, 0);
+Tensor TransformerLayer::dropout_forward(Context& ctx, const Tensor& x, uint64_t offset) {
+  if (active_p_ == 0.0f) return x;
+  Tensor y = ctx.empty(x.shape(), x.dtype());
+  ops::dropout_forward(ctx, y, x, active_p_, seed_, offset, 0);
+  return y;
 }
 
 Tensor TransformerLayer::dropout_backward(Context& ctx, const Tensor& dy, uint64_t offset) {
@@ -31,25 +42,26 @@ Tensor TransformerLayer::dropout_backward(Context& ctx, const Tensor& dy, uint64
   return dx;
 }
 
-void TransformerLayer::forward(Context& ctx, const Tensor& out, const Tensor& x, bool training,
-                               uint64_t dropout_offset) {
-  const Shape shape = x.shape();
-  const DType dt = x.dtype();
+ResidualStream TransformerLayer::forward(Context& ctx, const ResidualStream& x, bool training,
+                                         uint64_t dropout_offset) {
+  const Shape shape = x.residual.shape();
+  const DType dt = x.residual.dtype();
   dropout_offset_ = dropout_offset;
   active_p_ = training ? dropout_p_ : 0.0f;
 
   Tensor ln1 = ctx.empty(shape, dt);
-  input_layernorm.forward(ctx, ln1, x);
+  norm_of_stream(ctx, input_layernorm, ln1, x);  // saves the layer input x = residual + branch
   Tensor attn = ctx.empty(shape, dt);
   self_attention.forward(ctx, attn, ln1);
-  Tensor h = ctx.empty(shape, dt);
-  residual_dropout_forward(ctx, h, attn, x, dropout_offset + 0);
 
-  Tensor ln2 = ctx.empty(shape, dt);
-  pre_mlp_layernorm.forward(ctx, ln2, h);
+  // h = x + dropout(attn), formed by pre_mlp_layernorm's pass.
+  const Tensor x_sum = input_layernorm.saved_input();
+  Tensor h = ctx.empty(shape, dt), ln2 = ctx.empty(shape, dt);
+  pre_mlp_layernorm.forward(ctx, ln2, h, dropout_forward(ctx, attn, dropout_offset + 0), x_sum);
+
   Tensor m = ctx.empty(shape, dt);
   mlp.forward(ctx, m, ln2);
-  residual_dropout_forward(ctx, out, m, h, dropout_offset + 1);
+  return ResidualStream{h, dropout_forward(ctx, m, dropout_offset + 1)};
 }
 
 void TransformerLayer::backward(Context& ctx, const Tensor& dx, const Tensor& dout) {

@@ -3,12 +3,20 @@
 //   h   = x + dropout(self_attention(input_layernorm(x)))
 //   out = h + dropout(mlp(pre_mlp_layernorm(h)))
 //
+// The residual stream travels between layers as a pair (ResidualStream): the hidden state is residual +
+// branch, and the sum is formed by the next norm in its own pass (the norms' fused residual add), so no
+// layer spends a memory pass on the additions: input_layernorm adds the incoming pair, pre_mlp_layernorm
+// adds x and the attention branch, and the layer hands on (h, dropout(mlp)) for the next input_layernorm
+// (or the final norm) to add.
+//
 // Hidden dropout (--hidden-dropout, only when training) uses Philox (config.seed, offset, index_base 0);
 // the caller passes a base offset per call, and the two dropout sites take base + 0 and base + 1
 // (kDropoutSites).
-// forward(ctx, out, x, training, dropout_offset): x, out [b, s, h]; out assigned. The norms save x and h,
-//   the sub-modules what they need.
-// backward(ctx, dx, dout): dx assigned; every parameter's main grad accumulated (+=). The residual
+// forward(ctx, x, training, dropout_offset): x the incoming stream ([b, s, h] each; branch may be undefined,
+//   e.g. the embedding's output); returns the outgoing stream. The norms save their sums, the sub-modules
+//   what they need.
+// backward(ctx, dx, dout): dout is the gradient of the outgoing hidden state (residual + branch); dx, the
+//   gradient of the incoming one, is assigned; every parameter's main grad accumulated (+=). The residual
 //   gradients ride on the norms' fused `dresidual` input.
 #pragma once
 
@@ -21,6 +29,15 @@
 
 namespace megatron::nn {
 
+// A hidden state kept as an unevaluated sum: residual + branch (branch undefined: just residual).
+struct ResidualStream {
+  Tensor residual;
+  Tensor branch;
+};
+
+// y = norm(stream), forming the sum in the norm's pass when the stream has a branch.
+void norm_of_stream(Context& ctx, Norm& norm, const Tensor& y, const ResidualStream& stream);
+
 class TransformerLayer {
  public:
   static constexpr uint64_t kDropoutSites = 2;
@@ -30,7 +47,7 @@ class TransformerLayer {
   TransformerLayer(Context& ctx, const std::string& prefix, const ModelConfig& config);
 
   void init(Context& ctx, const ModelConfig& config);
-  void forward(Context& ctx, const Tensor& out, const Tensor& x, bool training, uint64_t dropout_offset);
+  ResidualStream forward(Context& ctx, const ResidualStream& x, bool training, uint64_t dropout_offset);
   void backward(Context& ctx, const Tensor& dx, const Tensor& dout);
   void collect_parameters(ParameterList& out);
 
@@ -40,9 +57,9 @@ class TransformerLayer {
   MLP mlp;
 
  private:
-  // y = residual + dropout(x); its backward: dx = dropout'(dy) (dy itself when p == 0).
-  void residual_dropout_forward(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& residual,
-                                uint64_t offset);
+  // dropout(x) in training with p > 0 (a new tensor), else x itself.
+  Tensor dropout_forward(Context& ctx, const Tensor& x, uint64_t offset);
+  // Its backward: dropout'(dy) (dy itself when p == 0).
   Tensor dropout_backward(Context& ctx, const Tensor& dy, uint64_t offset);
 
   uint64_t seed_ = 0;
