@@ -114,7 +114,9 @@ TEST(TrainingGpu, Fp16WithDynamicLossScalingSkipsOverflowsThenTrains) {
   EXPECT_LT(skipped, 40);
   EXPECT_LT(run.loss_scales.back(), 4294967296.0);
   for (size_t i = 1; i < run.skipped.size(); ++i) {
-    if (run.skipped[i]) EXPECT_LE(run.loss_scales[i], run.loss_scales[i - 1]) << "a skip never raises the scale";
+    if (run.skipped[i]) {
+      EXPECT_LE(run.loss_scales[i], run.loss_scales[i - 1]) << "a skip never raises the scale";
+    }
   }
   double last = 0;
   for (size_t i = run.losses.size() - 5; i < run.losses.size(); ++i) last += run.losses[i] / 5;

@@ -54,7 +54,12 @@ GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, Lo
       return result;
     }
   }
-  if (clip_grad > 0.0) result.grad_norm = clip_grad_norm(ctx, grads, clip_grad);
+  if (clip_grad > 0.0) {
+    const double total = global_grad_norm(ctx, grads);
+    result.grad_norm = total;
+    const double coeff = clip_grad / (total + 1.0e-6);
+    if (coeff < 1.0) result.grad_scale = coeff;
+  }
   return result;
 }
 

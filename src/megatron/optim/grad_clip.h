@@ -5,6 +5,9 @@
 //   2. clip_grad > 0: total = sqrt(sum of g^2 over every element of every gradient);
 //      coeff = clip_grad / (total + 1e-6); grads *= coeff only when coeff < 1 (a NaN/inf total never clips);
 //   3. the optimizer step.
+// prepare_grads does not apply the clip coefficient itself: it returns it (grad_scale) for the optimizer to
+// multiply in as it reads each gradient (AdamW::step's grad_scale), which saves a read and a write of every
+// gradient; the product g * coeff is the same fp32 value either way.
 // The norm is the one of the unscaled, unclipped gradients, reduced in fp32 on the device and read back
 // as a double (Megatron's .item()). Every gradient lives on ctx's device; dtypes F32, BF16 or F16
 // (F64 on the CPU). Functions returning host values synchronise ctx.
@@ -39,9 +42,10 @@ bool unscale_and_check_for_inf(Context& ctx, const std::vector<Tensor>& grads, f
 struct GradPreparation {
   bool skip_update = false;          // found inf/NaN: do not step the optimizer or the lr schedule
   std::optional<double> grad_norm;   // the pre-clip norm; none when skipped or clip_grad == 0 (Megatron: None)
+  double grad_scale = 1.0;           // the clip coefficient (1 when not clipping), still to be applied
 };
 
-// Steps 1 and 2 above. `scaler` may be null (bf16 / fp32: no unscaling, never skipped).
+// Steps 1 and 2 above (the clip coefficient returned, not applied). `scaler` may be null (bf16 / fp32: no unscaling, never skipped).
 GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad);
 
 // Skipped-iteration bookkeeping for the log line ("number of skipped iterations" per interval) and the

@@ -66,13 +66,14 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   r.loss = loss_sum / num_micro_batches_;
   r.nan_loss = !std::isfinite(r.loss);
 
-  // Unscale, check for overflow, clip; then the update with the scheduled lr and weight decay.
+  // Unscale, check for overflow, compute the clip coefficient; then the update with the scheduled lr and
+  // weight decay, which applies the coefficient as it reads the gradients.
   optim::GradPreparation prepared = optim::prepare_grads(ctx_, grads_, scaler_.get(), args_.training.clip_grad);
   r.learning_rate = scheduler_.lr();
   r.grad_norm = prepared.grad_norm;
   r.skipped = prepared.skip_update;
   if (!r.skipped) {
-    optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay());
+    optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), float(prepared.grad_scale));
     scheduler_.step(1);
   }
   return r;
