@@ -77,6 +77,8 @@ OpCase make_case(const Spec& s) {
     bs_in = add_input({Shape{1}, DType::F32, 0.5, 2.0});
   }
   if (s.d_scale) ds_in = add_input({Shape{1}, DType::F32, 0.25, 1.0});
+  // DGelu reads the pre-GELU values; a wide range reaches both tails of gelu'.
+  const int gelu_in = s.epi == GemmEpilogue::DGelu ? add_input({d_shape, s.d, -4.0, 4.0}) : -1;
 
   c.outputs = {{d_shape, s.d}};
   c.max_nmse = {s.nmse};
@@ -111,6 +113,7 @@ OpCase make_case(const Spec& s) {
     if (bs_in >= 0) o.b_scale = in[bs_in];
     if (ds_in >= 0) o.d_scale = in[ds_in];
     if (aux_out >= 0) o.gelu_input_out = out[aux_out];
+    if (gelu_in >= 0) o.gelu_input = in[gelu_in];
     if (bgrad_out >= 0) o.bias_grad_out = out[bgrad_out];
     if (amax_out >= 0) o.d_amax_out = out[amax_out];
     gemm(ctx, out[0], in[0], in[1], o);
@@ -189,6 +192,13 @@ std::vector<OpCase> gemm_cases() {
        .batch = 3, .m = 7, .n = 9, .k = 48, .tb = true, .epi = GemmEpilogue::Gelu, .aux = true});
   add({.name = "f32_beta1_bias_gelu_aux_65x128x96", .m = 65, .n = 128, .k = 96, .tb = true, .beta = 1.0f,
        .epi = GemmEpilogue::BiasGelu, .aux = true, .nmse = kGeluF32});
+  // DGELU: the MLP backward's dact = dY W2 with gelu' applied (NN layout); N % 8 != 0 takes the fallback.
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t n : {7, 128, 3072})
+      add({.name = str_cat(dtype_name(t), "_dgelu_NN_65x", n, "x96"), .a = t, .b = t, .d = t, .m = 65, .n = n,
+           .k = 96, .epi = GemmEpilogue::DGelu, .nmse = t == DType::F32 ? kGeluF32 : 0});
+  add({.name = "bf16_batched_dgelu_NT_2x32x64x48", .a = DType::BF16, .b = DType::BF16, .d = DType::BF16, .batch = 2,
+       .m = 32, .n = 64, .k = 48, .tb = true, .epi = GemmEpilogue::DGelu});
 
   // Bias gradient (row sums of op(A)); the dW layout (A = dY transposed) and the other one.
   for (DType t : {DType::F32, DType::BF16})
@@ -430,6 +440,34 @@ std::vector<GradCase> grad_cases() {
             return std::vector<Tensor>{dx, dw, db};
           },
   });
+  // The GELU MLP, Y = gelu(X W1^T) W2^T, with its backward through the DGelu epilogue:
+  // dpre = (dY W2) * gelu'(pre) in one gemm, then dX = dpre W1, dW1 = dpre^T X, dW2 = dY^T gelu(pre).
+  const int64_t ffn = 6;
+  cases.push_back(GradCase{
+      .name = "mlp_gelu_dgelu",
+      .inputs = {{Shape{t, in}}, {Shape{ffn, in}}, {Shape{out, ffn}}},
+      .differentiable = {0, 1, 2},
+      .forward =
+          [=](Context& ctx, const std::vector<Tensor>& x) {
+            Tensor h = ctx.empty(Shape{t, ffn}, DType::F64), y = ctx.empty(Shape{t, out}, DType::F64);
+            gemm(ctx, h, x[0], x[1], {.transpose_b = true, .epilogue = GemmEpilogue::Gelu});
+            gemm(ctx, y, h, x[2], {.transpose_b = true});
+            return std::vector<Tensor>{y};
+          },
+      .backward =
+          [=](Context& ctx, const std::vector<Tensor>& x, const std::vector<Tensor>& dy) {
+            Tensor h = ctx.empty(Shape{t, ffn}, DType::F64), pre = ctx.empty(Shape{t, ffn}, DType::F64);
+            gemm(ctx, h, x[0], x[1], {.transpose_b = true, .epilogue = GemmEpilogue::Gelu, .gelu_input_out = pre});
+            Tensor dpre = ctx.empty(Shape{t, ffn}, DType::F64);
+            gemm(ctx, dpre, dy[0], x[2], {.epilogue = GemmEpilogue::DGelu, .gelu_input = pre});
+            Tensor dx = ctx.empty(Shape{t, in}, DType::F64), dw1 = ctx.empty(Shape{ffn, in}, DType::F64);
+            Tensor dw2 = ctx.empty(Shape{out, ffn}, DType::F64);
+            gemm(ctx, dx, dpre, x[1], {});
+            gemm(ctx, dw1, dpre, x[0], {.transpose_a = true});
+            gemm(ctx, dw2, dy[0], h, {.transpose_a = true});
+            return std::vector<Tensor>{dx, dw1, dw2};
+          },
+  });
   return cases;
 }
 
@@ -530,6 +568,12 @@ TEST(GemmBadInput, OptionsOutsideTheirDomain) {
   EXPECT_THAT(error_of([&] { gemm(ctx, d, a, b, {.d_amax_out = s}); }), HasSubstr("gemm: d_amax_out is for"));
   EXPECT_THAT(error_of([&] { gemm(ctx, d, a, b, {.gelu_input_out = aux}); }),
               HasSubstr("gemm: gelu_input_out needs the gelu or bias+gelu epilogue"));
+  EXPECT_THAT(error_of([&] { gemm(ctx, d, a, b, {.epilogue = GemmEpilogue::DGelu}); }),
+              HasSubstr("gelu_input"));
+  EXPECT_THAT(error_of([&] { gemm(ctx, d, a, b, {.beta = 1.0f, .epilogue = GemmEpilogue::DGelu, .gelu_input = aux}); }),
+              HasSubstr("dgelu epilogue needs non-fp8 inputs and beta == 0"));
+  EXPECT_THAT(error_of([&] { gemm(ctx, d, a, b, {.gelu_input = aux}); }),
+              HasSubstr("gelu_input is read by the dgelu epilogue only"));
   EXPECT_THAT(error_of([&] { gemm(ctx, d, a, b, {.alpha = 2.0f, .bias_grad_out = db}); }),
               HasSubstr("gemm: bias_grad_out needs a 2-D, non-fp8 call with alpha == 1"));
   Tensor a3 = ctx.empty(Shape{2, 4, 5}, DType::F32), b3 = ctx.empty(Shape{3, 5, 3}, DType::F32);

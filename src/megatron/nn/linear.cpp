@@ -22,11 +22,18 @@ void linear_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parame
 }
 
 void linear_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x, Parameter& weight,
-                     Parameter* bias) {
+                     Parameter* bias, const Tensor& dx_gelu_input) {
   const int64_t in = weight.value.dim(1), out = weight.value.dim(0);
   const Tensor dy2 = dy.view({-1, out});
   const Tensor x2 = x.view({-1, in});
-  if (dx.defined()) ops::gemm(ctx, dx.view({-1, in}), dy2, weight.value, {});
+  if (dx.defined()) {
+    ops::GemmOptions opt{};
+    if (dx_gelu_input.defined()) {
+      opt.epilogue = ops::GemmEpilogue::DGelu;
+      opt.gelu_input = dx_gelu_input.view({-1, in});
+    }
+    ops::gemm(ctx, dx.view({-1, in}), dy2, weight.value, opt);
+  }
   if (bias == nullptr || !bias->defined()) {
     ops::gemm(ctx, weight.main_grad, dy2, x2, {.transpose_a = true, .beta = 1.0f});
     return;
@@ -54,9 +61,9 @@ void Linear::forward(Context& ctx, const Tensor& y, const Tensor& x, const Tenso
   saved_x_ = x;
 }
 
-void Linear::backward(Context& ctx, const Tensor& dx, const Tensor& dy) {
+void Linear::backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& dx_gelu_input) {
   MEGATRON_CHECK(saved_x_.defined(), "Linear ", weight.name, ": backward without a forward");
-  linear_backward(ctx, dx, dy, saved_x_, weight, &bias);
+  linear_backward(ctx, dx, dy, saved_x_, weight, &bias, dx_gelu_input);
   saved_x_ = Tensor();
 }
 

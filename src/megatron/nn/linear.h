@@ -4,7 +4,10 @@
 // forward(ctx, y, x, gelu_input_out): y = gelu(x W^T + b) from the gemm's epilogue (tanh GELU, fp32), and
 //   gelu_input_out [..., out] receives x W^T + b, what the GELU's backward needs. One pass instead of two.
 // backward(ctx, dx, dy): dy [..., out];
-//   dx = dy W            assigned (dx may be undefined: the input gradient is not wanted);
+//   dx = dy W            assigned (dx may be undefined: the input gradient is not wanted); with
+//                        dx_gelu_input (the pre-GELU values of a GELU whose output was x) the GELU's backward
+//                        rides on the same gemm: dx = (dy W) * gelu'(dx_gelu_input), the pre-activation's
+//                        gradient;
 //   W.main_grad += dy^T x (gemm with beta = 1 straight into the F32/F64 main grad);
 //   b.main_grad += sum over rows of dy (from the dW gemm's bias-gradient epilogue, then added).
 // All tensors share the parameter dtype; main grads are F32 (F64 for F64 parameters).
@@ -20,7 +23,7 @@ namespace megatron::nn {
 void linear_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parameter& weight, const Parameter* bias,
                     const Tensor& gelu_input_out = Tensor());
 void linear_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x, Parameter& weight,
-                     Parameter* bias);
+                     Parameter* bias, const Tensor& dx_gelu_input = Tensor());
 
 class Linear {
  public:
@@ -32,7 +35,7 @@ class Linear {
   void init(Context& ctx, uint64_t seed, double std);
 
   void forward(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& gelu_input_out = Tensor());
-  void backward(Context& ctx, const Tensor& dx, const Tensor& dy);
+  void backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& dx_gelu_input = Tensor());
 
   void collect_parameters(ParameterList& out);
   int64_t in_features() const { return weight.value.dim(1); }

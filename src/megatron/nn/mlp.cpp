@@ -38,11 +38,14 @@ void MLP::forward(Context& ctx, const Tensor& out, const Tensor& x) {
 
 void MLP::backward(Context& ctx, const Tensor& dx, const Tensor& dout) {
   MEGATRON_CHECK(pre_act_.defined(), "MLP: backward without a forward");
-  Tensor dact = ctx.empty(with_last(dout.shape(), ffn_), dout.dtype());
-  linear_fc2.backward(ctx, dact, dout);
   Tensor dpre = ctx.empty(pre_act_.shape(), pre_act_.dtype());
-  if (swiglu_) ops::swiglu_backward(ctx, dpre, dact, pre_act_);
-  else ops::gelu_backward(ctx, dpre, dact, pre_act_);
+  if (swiglu_) {
+    Tensor dact = ctx.empty(with_last(dout.shape(), ffn_), dout.dtype());
+    linear_fc2.backward(ctx, dact, dout);
+    ops::swiglu_backward(ctx, dpre, dact, pre_act_);
+  } else {
+    linear_fc2.backward(ctx, dpre, dout, /*dx_gelu_input=*/pre_act_);  // GELU's backward in the gemm's epilogue
+  }
   linear_fc1.backward(ctx, dx, dpre);
   pre_act_ = Tensor();
 }

@@ -78,6 +78,7 @@ void epilogue(const Tensor& d, const std::vector<Acc>& acc, const GemmOptions& o
   visit_float_dtype(d.dtype(), "gemm", [&]<class TD>() {
     TD* out = d.data<TD>();
     TD* aux = opt.gelu_input_out.defined() ? opt.gelu_input_out.data<TD>() : nullptr;
+    const TD* gelu_in = opt.epilogue == GemmEpilogue::DGelu ? opt.gelu_input.data<TD>() : nullptr;
     const int64_t total = int64_t(acc.size());
     for (int64_t i = 0; i < total; ++i) {
       double t = alpha * double(acc[size_t(i)]);
@@ -87,6 +88,7 @@ void epilogue(const Tensor& d, const std::vector<Acc>& acc, const GemmOptions& o
         if (aux != nullptr) aux[i] = from_double<TD>(t);
         t = gelu_tanh(t);
       }
+      if (gelu_in != nullptr) t *= gelu_tanh_grad(to_double(gelu_in[i]));
       amax = std::max(amax, std::abs(t));
       out[i] = from_double<TD>(d_scale * t);
     }

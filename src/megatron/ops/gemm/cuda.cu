@@ -52,6 +52,18 @@ __global__ void bias_gelu_epilogue_kernel(TD* __restrict__ d, TD* __restrict__ a
   }
 }
 
+// d[i] *= gelu'(gelu_input[i]) (tanh form), after a plain matmul when cuBLASLt cannot fuse DGELU.
+template <class TD>
+__global__ void dgelu_epilogue_kernel(TD* __restrict__ d, const TD* __restrict__ gelu_input, int64_t total) {
+  const float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = to_f32(gelu_input[i]);
+    const float th = tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x));
+    const float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+    d[i] = from_f32<TD>(to_f32(d[i]) * grad);
+  }
+}
+
 // out[m] = sum_k a[k * lda + m]  (A stored [K, M]): one thread per column, coalesced across the warp.
 template <class TA, class TO>
 __global__ void column_sums_kernel(const TA* __restrict__ a, TO* __restrict__ out, int64_t rows, int64_t cols,
@@ -140,9 +152,10 @@ struct Call {
   const Tensor& b;
   const GemmOptions& opt;
   const GemmDims& g;
-  bool fp8 = false, d_fp8 = false, has_bias = false, has_gelu = false, has_aux = false, has_bgrad = false;
+  bool fp8 = false, d_fp8 = false, has_bias = false, has_gelu = false, has_aux = false, has_bgrad = false,
+       has_dgelu = false;
   void* bias_ptr = nullptr;  // bias (Bias epilogues) or bias gradient (BGRADB)
-  void* aux_ptr = nullptr;
+  void* aux_ptr = nullptr;   // GELU input: written by GELU_AUX, read by DGELU
   void* c_ptr = nullptr;     // nullptr for an fp8 D (beta == 0)
   uint32_t align_a = 0, align_b = 0, align_c = 0, align_d = 0, align_bias = 0, align_aux = 0;
 
@@ -151,7 +164,8 @@ struct Call {
     return str_cat("gemm M=", g.m, " N=", g.n, " K=", g.k, " batch=", g.batch, ": A ", a.describe(),
                    opt.transpose_a ? " (transposed)" : "", ", B ", b.describe(), opt.transpose_b ? " (transposed)" : "",
                    ", D ", d.describe(), ", epilogue ", gemm_epilogue_name(opt.epilogue),
-                   has_aux ? " with gelu_input_out" : "", has_bgrad ? " with bias_grad_out" : "");
+                   has_aux ? " with gelu_input_out" : "", has_dgelu ? " reading gelu_input" : "",
+                   has_bgrad ? " with bias_grad_out" : "");
   }
   std::string key() const {
     std::string k = "gemm|";
@@ -233,11 +247,12 @@ std::shared_ptr<LtPlan> build_plan(CudaLibraries& lib, const Call& c, bool fused
 
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   if (fused) {
-    if (c.has_bgrad) epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    if (c.has_dgelu) epilogue = CUBLASLT_EPILOGUE_DGELU;
+    else if (c.has_bgrad) epilogue = CUBLASLT_EPILOGUE_BGRADB;
     else if (c.has_bias && c.has_gelu) epilogue = c.has_aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
     else if (c.has_gelu) epilogue = c.has_aux ? CUBLASLT_EPILOGUE_GELU_AUX : CUBLASLT_EPILOGUE_GELU;
     else if (c.has_bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
-    if (c.has_aux) {
+    if (c.has_aux || c.has_dgelu) {
       set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(g.n), c);
       if (g.batch > 1) set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, int64_t(g.m * g.n), c);
     }
@@ -311,6 +326,14 @@ void run_fallback_epilogue(Context& ctx, const Call& c) {
       });
     });
   }
+  if (c.has_dgelu) {
+    const int64_t total = g.batch * g.m * g.n;
+    visit_native(c.d.dtype(), [&]<class TD>() {
+      dgelu_epilogue_kernel<TD><<<grid_for(total, 256, prop), 256, 0, stream>>>(
+          static_cast<TD*>(c.d.data_ptr()), static_cast<const TD*>(c.aux_ptr), total);
+      CUDA_CHECK_LAUNCH("dgelu_epilogue_kernel");
+    });
+  }
   if (c.has_bgrad) {
     visit_native(c.a.dtype(), [&]<class TA>() {
       visit_native(c.d.dtype(), [&]<class TO>() {
@@ -353,23 +376,25 @@ void gemm(Context& ctx, const Tensor& d, const Tensor& a, const Tensor& b, const
   c.has_bias = has_bias;
   c.has_gelu = has_gelu;
   c.has_aux = has_gelu && opt.gelu_input_out.defined();
+  c.has_dgelu = opt.epilogue == GemmEpilogue::DGelu;
   c.has_bgrad = opt.bias_grad_out.defined();
   c.bias_ptr = has_bias ? opt.bias.data_ptr() : (c.has_bgrad ? opt.bias_grad_out.data_ptr() : nullptr);
-  c.aux_ptr = c.has_aux ? opt.gelu_input_out.data_ptr() : nullptr;
+  c.aux_ptr = c.has_aux ? opt.gelu_input_out.data_ptr() : (c.has_dgelu ? opt.gelu_input.data_ptr() : nullptr);
   c.c_ptr = c.d_fp8 ? nullptr : d.data_ptr();
   c.align_a = alignment_of(a.data_ptr(), batched ? g.stride_a() * es_a : 0);
   c.align_b = alignment_of(b.data_ptr(), batched ? g.stride_b() * es_b : 0);
   c.align_d = alignment_of(d.data_ptr(), batched ? g.stride_d() * es_d : 0);
   c.align_c = c.d_fp8 ? 256u : c.align_d;
   c.align_bias = c.bias_ptr != nullptr ? alignment_of(c.bias_ptr, 0) : 0u;
-  c.align_aux = c.has_aux ? alignment_of(c.aux_ptr, batched ? g.stride_d() * es_d : 0) : 0u;
+  c.align_aux = c.aux_ptr != nullptr ? alignment_of(c.aux_ptr, batched ? g.stride_d() * es_d : 0) : 0u;
 
   const std::string key = c.key();
   LtPlan* plan = lib.get_plan<LtPlan>(key);
   if (plan == nullptr) {
     const bool wants_epilogue = opt.epilogue != GemmEpilogue::None || c.has_bgrad;
     // cuBLASLt's GELU aux matrix needs a leading dimension (N) and batch stride that are multiples of 8.
-    const bool fusable = !c.has_aux || (g.n % 8 == 0 && (!batched || (g.m * g.n) % 8 == 0));
+    const bool fusable =
+        !(c.has_aux || c.has_dgelu) || (g.n % 8 == 0 && (!batched || (g.m * g.n) % 8 == 0));
     // The unfused path rounds D before the epilogue: not for fp8 D (scaled, saturated) or amax (pre-epilogue).
     const bool fallback_ok = !c.d_fp8 && !opt.d_amax_out.defined();
     std::shared_ptr<LtPlan> p;

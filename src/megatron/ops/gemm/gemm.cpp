@@ -19,6 +19,7 @@ const char* gemm_epilogue_name(GemmEpilogue e) {
     case GemmEpilogue::Bias: return "bias";
     case GemmEpilogue::Gelu: return "gelu";
     case GemmEpilogue::BiasGelu: return "bias+gelu";
+    case GemmEpilogue::DGelu: return "dgelu";
   }
   return "?";
 }
@@ -137,6 +138,17 @@ GemmDims validate(Context& ctx, const Tensor& d, const Tensor& a, const Tensor& 
     check.device(ctx, {{"gelu_input_out", opt.gelu_input_out}});
     check.shape("gelu_input_out", opt.gelu_input_out, d.shape());
     check.dtype("gelu_input_out", opt.gelu_input_out, d.dtype());
+  }
+  if (opt.epilogue == GemmEpilogue::DGelu) {
+    check.that(!fp8 && opt.beta == 0.0f, "the dgelu epilogue needs non-fp8 inputs and beta == 0; got beta ", opt.beta,
+               ", ", call);
+    check.defined("gelu_input", opt.gelu_input);
+    check.device(ctx, {{"gelu_input", opt.gelu_input}});
+    check.shape("gelu_input", opt.gelu_input, d.shape());
+    check.dtype("gelu_input", opt.gelu_input, d.dtype());
+  } else {
+    check.that(!opt.gelu_input.defined(), "gelu_input is read by the dgelu epilogue only, got ",
+               gemm_epilogue_name(opt.epilogue));
   }
   if (opt.bias_grad_out.defined()) {
     check.device(ctx, {{"bias_grad_out", opt.bias_grad_out}});

@@ -12,9 +12,12 @@
 //     Bias:      D = t + bias[n]                    bias [N]
 //     Gelu:      D = gelu(t)                        (tanh approximation, below)
 //     BiasGelu:  D = gelu(t + bias[n])
+//     DGelu:     D = t * gelu'(gelu_input[m, n])      the GELU's backward fused into the gemm that produces
+//                                                   its output gradient (cuBLASLt DGELU)
 //   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 //   With Gelu/BiasGelu, `gelu_input_out` (optional, shape and dtype of D) receives the pre-GELU values
-//   (t or t + bias), what the backward pass needs (cuBLASLt GELU_AUX).
+//   (t or t + bias), what the backward pass needs (cuBLASLt GELU_AUX). DGelu reads them back as
+//   `gelu_input` (required, shape and dtype of D) and needs beta == 0 and non-fp8 inputs.
 // - bias_grad_out (optional, [M], dtype of D, epilogue None, alpha == 1, no batch, non-fp8): assigned (=, even
 //   when beta != 0) the row sums of op(A): bias_grad_out[m] = sum_k op(A)[m, k]. In the weight-gradient gemm
 //   dW = dY^T X (A = dY with transpose_a, B = X) this is the bias gradient sum_t dY[t, :] (cuBLASLt BGRADB).
@@ -48,7 +51,7 @@
 
 namespace megatron::ops {
 
-enum class GemmEpilogue : uint8_t { None, Bias, Gelu, BiasGelu };
+enum class GemmEpilogue : uint8_t { None, Bias, Gelu, BiasGelu, DGelu };
 const char* gemm_epilogue_name(GemmEpilogue e);
 
 struct GemmOptions {
@@ -60,6 +63,7 @@ struct GemmOptions {
   // (The `{}` initialisers keep designated initialisation, e.g. {.transpose_b = true}, warning-free.)
   Tensor bias{};            // [N], with Bias / BiasGelu
   Tensor gelu_input_out{};  // optional with Gelu / BiasGelu: pre-GELU values, shape and dtype of D
+  Tensor gelu_input{};      // required with DGelu: the pre-GELU values the forward saved, shape and dtype of D
   Tensor bias_grad_out{};   // optional: [M] row sums of op(A) (see above)
   // fp8
   Tensor a_scale{}, b_scale{};  // F32 [1], inverse scales, required for fp8 inputs
