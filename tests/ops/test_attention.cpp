@@ -71,6 +71,36 @@ OpCase backward_case(const Problem& p) {
   return c;
 }
 
+// The packed-QKV variants (MHA, qkv [B, S, H * 3 * D] read and dqkv written in place on CUDA).
+OpCase packed_forward_case(const Problem& p) {
+  OpCase c;
+  c.name = "packed_fwd_" + p.name();
+  c.inputs = {{Shape{p.B, p.S, p.H * 3 * p.D}, p.dtype}};
+  c.outputs = {{p.q_shape(), p.dtype}, {p.stats_shape(), DType::F32}};
+  c.max_nmse = {io_limit(p.dtype), kStatsLimit};
+  AttentionOptions options = p.options();
+  c.run = [options](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+    ops::attention_forward_packed(ctx, out[0], out[1], in[0], options);
+  };
+  return c;
+}
+OpCase packed_backward_case(const Problem& p) {
+  OpCase c;
+  c.name = "packed_bwd_" + p.name();
+  const Shape packed{p.B, p.S, p.H * 3 * p.D};
+  c.inputs = {{packed, p.dtype}, {p.q_shape(), p.dtype}};
+  c.outputs = {{packed, p.dtype}};
+  c.max_nmse = {io_limit(p.dtype)};
+  Problem pp = p;
+  c.run = [pp](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+    Tensor o = ctx.empty(pp.q_shape(), pp.dtype);
+    Tensor stats = ctx.empty(pp.stats_shape(), DType::F32);
+    ops::attention_forward_packed(ctx, o, stats, in[0], pp.options());
+    ops::attention_backward_packed(ctx, out[0], in[1], in[0], o, stats, pp.options());
+  };
+  return c;
+}
+
 // Small shapes: run on CUDA vs CPU and, in CI, CPU-only (every output written, deterministic).
 std::vector<OpCase> small_cases() {
   std::vector<OpCase> cases;
@@ -79,6 +109,11 @@ std::vector<OpCase> small_cases() {
                       Problem{2, 17, 4, 2, 64, dt, false}, Problem{1, 9, 2, 1, 64, dt, true, 0.3f}}) {
       cases.push_back(forward_case(p));
       cases.push_back(backward_case(p));
+    }
+    for (Problem p : {Problem{1, 1, 4, 4, 64, dt}, Problem{2, 7, 3, 3, 64, dt}, Problem{1, 33, 2, 2, 128, dt},
+                      Problem{2, 17, 4, 4, 64, dt, false}}) {
+      cases.push_back(packed_forward_case(p));
+      cases.push_back(packed_backward_case(p));
     }
   }
   return cases;
@@ -97,6 +132,11 @@ std::vector<OpCase> large_cases() {
             cases.push_back(forward_case(p));
             cases.push_back(backward_case(p));
           }
+  for (DType dt : {DType::BF16, DType::F16})
+    for (Problem p : {Problem{2, 129, 12, 12, 64, dt}, Problem{1, 256, 4, 4, 128, dt}}) {
+      cases.push_back(packed_forward_case(p));
+      cases.push_back(packed_backward_case(p));
+    }
   // Non-causal at a size where the mask matters.
   for (DType dt : {DType::BF16, DType::F16}) {
     cases.push_back(forward_case(Problem{2, 129, 8, 2, 128, dt, false}));
@@ -201,6 +241,42 @@ TEST(AttentionReference, GqaEqualsMhaWithRepeatedKvHeads) {
 
 // Causal row 0 sees only key 0: out = v[0], stats = scale q0.k0. Keys all equal: uniform weights, so
 // out = mean of the visible values and stats = scale q.k + log(#visible).
+// The packed layout, indexed by hand: head h of token t holds q, k, v at t*H*3D + h*3D + {0, D, 2D}.
+TEST(AttentionReference, PackedEqualsHandSplitAttention) {
+  Context& ctx = cpu_context();
+  const int64_t B = 2, S = 5, H = 3, D = 8;
+  Tensor qkv = ctx.empty({B, S, H * 3 * D}, DType::F64), dout = ctx.empty({B, S, H, D}, DType::F64);
+  fill_random(qkv, seed_from("packed_qkv"));
+  fill_random(dout, seed_from("packed_dout"));
+  Tensor q = ctx.empty({B, S, H, D}, DType::F64), k = ctx.empty({B, S, H, D}, DType::F64),
+         v = ctx.empty({B, S, H, D}, DType::F64);
+  for (int64_t t = 0; t < B * S; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        const double* src = qkv.data<double>() + (t * H + h) * 3 * D;
+        q.data<double>()[(t * H + h) * D + d] = src[d];
+        k.data<double>()[(t * H + h) * D + d] = src[D + d];
+        v.data<double>()[(t * H + h) * D + d] = src[2 * D + d];
+      }
+  Tensor o1 = ctx.empty({B, S, H, D}, DType::F64), o2 = ctx.empty({B, S, H, D}, DType::F64);
+  Tensor s1 = ctx.empty({B, H, S, 1}, DType::F32), s2 = ctx.empty({B, H, S, 1}, DType::F32);
+  ops::attention_forward(ctx, o1, s1, q, k, v);
+  ops::attention_forward_packed(ctx, o2, s2, qkv);
+  for (int64_t i = 0; i < o1.numel(); ++i) ASSERT_EQ(o1.data<double>()[i], o2.data<double>()[i]) << i;
+  Tensor dq = ctx.empty(q.shape(), DType::F64), dk = ctx.empty(q.shape(), DType::F64), dv = ctx.empty(q.shape(), DType::F64);
+  Tensor dqkv = ctx.empty(qkv.shape(), DType::F64);
+  ops::attention_backward(ctx, dq, dk, dv, dout, q, k, v, o1, s1);
+  ops::attention_backward_packed(ctx, dqkv, dout, qkv, o2, s2);
+  for (int64_t t = 0; t < B * S; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        const double* got = dqkv.data<double>() + (t * H + h) * 3 * D;
+        ASSERT_EQ(got[d], dq.data<double>()[(t * H + h) * D + d]);
+        ASSERT_EQ(got[D + d], dk.data<double>()[(t * H + h) * D + d]);
+        ASSERT_EQ(got[2 * D + d], dv.data<double>()[(t * H + h) * D + d]);
+      }
+}
+
 TEST(AttentionReference, MatchesClosedFormsOnSpecialInputs) {
   Context& ctx = cpu_context();
   const int64_t B = 1, S = 6, H = 2, G = 1, D = 4;

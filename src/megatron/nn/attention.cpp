@@ -34,37 +34,44 @@ void SelfAttention::forward(Context& ctx, const Tensor& out, const Tensor& x) {
   Tensor qkv = ctx.empty({b, s, g_ * (r + 2) * d_}, dt);
   linear_qkv.forward(ctx, qkv, x);
 
-  // Split the fused projection into heads, rotating q and k on the way (layout in ops/qkv/qkv.h).
-  q_ = ctx.empty({b, s, n_, d_}, dt);
-  k_ = ctx.empty({b, s, g_, d_}, dt);
-  v_ = ctx.empty({b, s, g_, d_}, dt);
-  ops::split_qkv_forward(ctx, q_, k_, v_, qkv, rope());
-
   attn_out_ = ctx.empty({b, s, n_, d_}, dt);
   stats_ = ctx.empty({b, n_, s, 1}, DType::F32);
-  ops::attention_forward(ctx, attn_out_, stats_, q_, k_, v_, {.causal = true});
+  if (packed()) {  // MHA without RoPE: the attention reads q, k, v inside the fused projection's output
+    qkv_ = qkv;
+    ops::attention_forward_packed(ctx, attn_out_, stats_, qkv, {.causal = true});
+  } else {
+    // Split the fused projection into heads, rotating q and k on the way (layout in ops/qkv/qkv.h).
+    q_ = ctx.empty({b, s, n_, d_}, dt);
+    k_ = ctx.empty({b, s, g_, d_}, dt);
+    v_ = ctx.empty({b, s, g_, d_}, dt);
+    ops::split_qkv_forward(ctx, q_, k_, v_, qkv, rope());
+    ops::attention_forward(ctx, attn_out_, stats_, q_, k_, v_, {.causal = true});
+  }
 
   linear_proj.forward(ctx, out, attn_out_.view({b, s, n_ * d_}));
 }
 
 void SelfAttention::backward(Context& ctx, const Tensor& dx, const Tensor& dout) {
-  MEGATRON_CHECK(q_.defined(), "SelfAttention: backward without a forward");
-  const int64_t b = q_.dim(0), s = q_.dim(1), r = n_ / g_;
-  const DType dt = q_.dtype();
+  MEGATRON_CHECK(attn_out_.defined(), "SelfAttention: backward without a forward");
+  const int64_t b = attn_out_.dim(0), s = attn_out_.dim(1), r = n_ / g_;
+  const DType dt = attn_out_.dtype();
+  const ops::AttentionOptions options{.causal = true, .deterministic = deterministic_};
 
   Tensor dattn = ctx.empty({b, s, n_, d_}, dt);
   linear_proj.backward(ctx, dattn.view({b, s, n_ * d_}), dout);
 
-  Tensor dq = ctx.empty(q_.shape(), dt), dk = ctx.empty(k_.shape(), dt), dv = ctx.empty(v_.shape(), dt);
-  ops::attention_backward(ctx, dq, dk, dv, dattn, q_, k_, v_, attn_out_, stats_,
-                          {.causal = true, .deterministic = deterministic_});
-
-  // Rotate dq and dk back and pack the three into the fused layout (the split's transpose).
   Tensor dqkv = ctx.empty({b, s, g_ * (r + 2) * d_}, dt);
-  ops::merge_qkv_backward(ctx, dqkv, dq, dk, dv, rope());
+  if (packed()) {
+    ops::attention_backward_packed(ctx, dqkv, dattn, qkv_, attn_out_, stats_, options);
+  } else {
+    Tensor dq = ctx.empty(q_.shape(), dt), dk = ctx.empty(k_.shape(), dt), dv = ctx.empty(v_.shape(), dt);
+    ops::attention_backward(ctx, dq, dk, dv, dattn, q_, k_, v_, attn_out_, stats_, options);
+    // Rotate dq and dk back and pack the three into the fused layout (the split's transpose).
+    ops::merge_qkv_backward(ctx, dqkv, dq, dk, dv, rope());
+  }
 
   linear_qkv.backward(ctx, dx, dqkv);
-  q_ = k_ = v_ = attn_out_ = stats_ = Tensor();
+  qkv_ = q_ = k_ = v_ = attn_out_ = stats_ = Tensor();
 }
 
 void SelfAttention::collect_parameters(ParameterList& out) {

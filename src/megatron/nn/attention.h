@@ -5,7 +5,9 @@
 // group j holds its n/g query heads (d rows each), then its key head, then its value head. Query head
 // j * (n/g) + i therefore reads key/value head j, which is the attention op's h / (n/g) rule.
 // The split (and RoPE on q and k) is one fused pass, ops::split_qkv_forward; backward merges with
-// ops::merge_qkv_backward.
+// ops::merge_qkv_backward. Multi-head attention without RoPE (g == n, GPT-2/GPT-3) skips both: with one
+// query head per group the fused layout is [b, s, n, 3, d], which the packed attention op reads (and whose
+// gradient it writes) in place.
 //
 // forward(ctx, out, x): x [b, s, h] -> out [b, s, h] assigned (linear_proj's bias included).
 //   Saves q (after RoPE), k, v, the attention output and its LSE stats, plus the two Linears' inputs.
@@ -37,12 +39,13 @@ class SelfAttention {
 
  private:
   std::optional<ops::RopeOptions> rope() const;  // none without RoPE
+  bool packed() const { return g_ == n_ && !rope_; }
 
   int64_t n_ = 0, g_ = 0, d_ = 0;
   bool rope_ = false;
   bool deterministic_ = false;
   double rotary_percent_ = 1.0, rotary_base_ = 10000.0;
-  Tensor q_, k_, v_, attn_out_, stats_;
+  Tensor qkv_, q_, k_, v_, attn_out_, stats_;  // saved: qkv_ (packed) or q_, k_, v_
 };
 
 }  // namespace megatron::nn

@@ -4,6 +4,7 @@
 
 #include "megatron/ops/attention/cpu.h"
 #include "megatron/ops/dispatch.h"
+#include "megatron/ops/qkv/qkv.h"
 #include "megatron/tensor/op_checks.h"
 
 #if MEGATRON_WITH_CUDA
@@ -74,6 +75,72 @@ void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   MEGATRON_DISPATCH(ctx,
                     cuda::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale, options.deterministic),
                     cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale));
+}
+
+namespace {
+
+// The packed layout's checks; returns {B, S, H, D}.
+AttentionDims check_packed(OpCheck& check, const Tensor& qkv, const Tensor& out) {
+  check.rank("out", out, 4).rank("qkv", qkv, 3);
+  AttentionDims d{out.dim(0), out.dim(1), out.dim(2), out.dim(2), out.dim(3)};
+  check.shape("qkv", qkv, Shape{d.B, d.S, d.H * 3 * d.D});
+  check.dtype_in("qkv", qkv, {F64, F32, BF16, F16}).same_dtype({{"qkv", qkv}, {"out", out}});
+  return d;
+}
+
+// Contiguous q, k, v [B, S, H, D] copied out of the packed layout (the CPU reference and cuDNN's S == 1 case).
+struct SplitQkv {
+  Tensor q, k, v;
+};
+SplitQkv split_packed(Context& ctx, const Tensor& qkv, const AttentionDims& d) {
+  SplitQkv s{ctx.empty({d.B, d.S, d.H, d.D}, qkv.dtype()), ctx.empty({d.B, d.S, d.H, d.D}, qkv.dtype()),
+             ctx.empty({d.B, d.S, d.H, d.D}, qkv.dtype())};
+  split_qkv_forward(ctx, s.q, s.k, s.v, qkv);
+  return s;
+}
+
+}  // namespace
+
+void attention_forward_packed(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& qkv,
+                              const AttentionOptions& options) {
+  OpCheck check("attention_forward_packed");
+  check.device(ctx, {{"out", out}, {"stats", stats}, {"qkv", qkv}});
+  AttentionDims d = check_packed(check, qkv, out);
+  check.shape("stats", stats, Shape{d.B, d.H, d.S, 1}).dtype("stats", stats, F32);
+  check_scale(check, options);
+  if (out.numel() == 0) return;
+  const float scale = attention_scale(options, d.D);
+  if (ctx.is_cuda() && d.S > 1) {
+#if MEGATRON_WITH_CUDA
+    cuda::attention_forward_packed(ctx, out, stats, qkv, options.causal, scale);
+#endif
+    return;
+  }
+  SplitQkv s = split_packed(ctx, qkv, d);
+  attention_forward(ctx, out, stats, s.q, s.k, s.v, options);
+}
+
+void attention_backward_packed(Context& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                               const Tensor& out, const Tensor& stats, const AttentionOptions& options) {
+  OpCheck check("attention_backward_packed");
+  check.device(ctx, {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"stats", stats}});
+  AttentionDims d = check_packed(check, qkv, out);
+  check.shape("dqkv", dqkv, qkv.shape()).shape("dout", dout, out.shape());
+  check.same_dtype({{"qkv", qkv}, {"dqkv", dqkv}, {"dout", dout}});
+  check.shape("stats", stats, Shape{d.B, d.H, d.S, 1}).dtype("stats", stats, F32);
+  check_scale(check, options);
+  if (out.numel() == 0) return;
+  const float scale = attention_scale(options, d.D);
+  if (ctx.is_cuda() && d.S > 1) {
+#if MEGATRON_WITH_CUDA
+    cuda::attention_backward_packed(ctx, dqkv, dout, qkv, out, stats, options.causal, scale, options.deterministic);
+#endif
+    return;
+  }
+  SplitQkv s = split_packed(ctx, qkv, d);
+  SplitQkv g{ctx.empty(s.q.shape(), qkv.dtype()), ctx.empty(s.q.shape(), qkv.dtype()), ctx.empty(s.q.shape(), qkv.dtype())};
+  attention_backward(ctx, g.q, g.k, g.v, dout, s.q, s.k, s.v, out, stats, options);
+  merge_qkv_backward(ctx, dqkv, g.q, g.k, g.v);
 }
 
 }  // namespace megatron::ops

@@ -42,6 +42,18 @@ void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& stats,
                         const AttentionOptions& options = {});
 
+// Packed variants, for multi-head attention (G == H) without rotary embeddings: there the fused QKV
+// projection's output, Megatron's layout with one query head per group,
+//   qkv [B, S, H * 3 * D]  = per token and head: q (D), k (D), v (D),
+// is already a strided bshd layout that cuDNN reads in place, so nothing is split or merged: the forward
+// reads q, k, v where they lie, the backward writes dq, dk, dv into dqkv (same layout, assigned). out, dout,
+// stats and the options are as above; H and D come from out [B, S, H, D].
+// CPU: the reference split into q, k, v (ops/qkv), then the functions above.
+void attention_forward_packed(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& qkv,
+                              const AttentionOptions& options = {});
+void attention_backward_packed(Context& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                               const Tensor& out, const Tensor& stats, const AttentionOptions& options = {});
+
 // The scale actually used for head dimension `head_dim` (options.scale, or 1/sqrt(head_dim) when 0).
 float attention_scale(const AttentionOptions& options, int64_t head_dim);
 

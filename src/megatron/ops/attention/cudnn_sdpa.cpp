@@ -4,7 +4,9 @@
 // One graph per (direction, dtype, B, S, H, G, D, causal, scale[, deterministic]) is built on first use and
 // kept in the context's plan cache; later calls only bind pointers and execute on the context's stream
 // (the cuDNN handle is bound to it). The bshd layout is described to cuDNN as dims {B, heads, S, D} with
-// strides {S*heads*D, D, heads*D, 1}; stats are dims {B, H, S, 1}, contiguous.
+// strides {S*heads*D, D, heads*D, 1}; stats are dims {B, H, S, 1}, contiguous. The packed QKV layout
+// ([B, S, H, 3, D]: q, k, v interleaved per head) is the same description with Q, K, V (and dQ, dK, dV)
+// strides multiplied by 3 and the three base pointers D elements apart.
 // cuDNN rejects the backward of a single token (s_q = s_kv = 1); S == 1 runs small kernels of ours
 // (cuda.cu) in both directions, which compute the same formulas.
 #include "megatron/ops/attention/cuda.h"
@@ -16,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "megatron/core/cuda_check.h"
 #include "megatron/runtime/cuda_libraries.h"
@@ -40,16 +43,17 @@ struct Problem {
   DType dtype;
   bool causal;
   float scale;
+  int64_t qkv_interleave = 1;  // 3: Q, K, V (and their gradients) interleaved per head in one packed tensor
 
   std::string describe() const {
     return str_cat(dtype_name(dtype), " B=", B, " S=", S, " H=", H, " G=", G, " D=", D, causal ? " causal" : " full",
-                   " scale=", scale);
+                   " scale=", scale, qkv_interleave > 1 ? " packed qkv" : "");
   }
   std::string key(const char* direction, bool deterministic) const {
     uint32_t scale_bits;
     std::memcpy(&scale_bits, &scale, sizeof scale_bits);
     return str_cat("attention_", direction, ":", dtype_name(dtype), ":", B, ":", S, ":", H, ":", G, ":", D, ":",
-                   int(causal), ":", scale_bits, ":", int(deterministic));
+                   int(causal), ":", scale_bits, ":", int(deterministic), ":", qkv_interleave);
   }
 };
 
@@ -78,17 +82,24 @@ void fe_check(fe::error_t status, const char* step, const char* op, const Proble
 
 fe::DataType_t fe_dtype(DType t) { return t == DType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF; }
 
+// bshd strides; `f` > 1 spaces heads (and tokens) f times wider (the packed QKV layout).
+std::vector<int64_t> bshd_strides(int64_t heads, int64_t S, int64_t D, int64_t f) {
+  return {S * heads * D * f, D * f, heads * D * f, 1};
+}
+
 std::shared_ptr<fe::graph::Tensor_attributes> bshd_tensor(fe::graph::Graph& g, const char* name, int64_t uid,
-                                                          int64_t B, int64_t heads, int64_t S, int64_t D) {
+                                                          int64_t B, int64_t heads, int64_t S, int64_t D,
+                                                          int64_t f = 1) {
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name(name)
                       .set_uid(uid)
                       .set_dim({B, heads, S, D})
-                      .set_stride({S * heads * D, D, heads * D, 1}));
+                      .set_stride(bshd_strides(heads, S, D, f)));
 }
 
-void set_bshd_output(fe::graph::Tensor_attributes& t, int64_t uid, int64_t B, int64_t heads, int64_t S, int64_t D) {
-  t.set_output(true).set_uid(uid).set_dim({B, heads, S, D}).set_stride({S * heads * D, D, heads * D, 1});
+void set_bshd_output(fe::graph::Tensor_attributes& t, int64_t uid, int64_t B, int64_t heads, int64_t S, int64_t D,
+                     int64_t f = 1) {
+  t.set_output(true).set_uid(uid).set_dim({B, heads, S, D}).set_stride(bshd_strides(heads, S, D, f));
 }
 
 std::shared_ptr<fe::graph::Graph> new_graph(const Problem& p) {
@@ -115,9 +126,10 @@ SdpaPlan finish_plan(Context& ctx, std::shared_ptr<fe::graph::Graph> graph, cons
 
 SdpaPlan build_forward(Context& ctx, const Problem& p) {
   auto graph = new_graph(p);
-  auto Q = bshd_tensor(*graph, "Q", kQ, p.B, p.H, p.S, p.D);
-  auto K = bshd_tensor(*graph, "K", kK, p.B, p.G, p.S, p.D);
-  auto V = bshd_tensor(*graph, "V", kV, p.B, p.G, p.S, p.D);
+  const int64_t f = p.qkv_interleave;
+  auto Q = bshd_tensor(*graph, "Q", kQ, p.B, p.H, p.S, p.D, f);
+  auto K = bshd_tensor(*graph, "K", kK, p.B, p.G, p.S, p.D, f);
+  auto V = bshd_tensor(*graph, "V", kV, p.B, p.G, p.S, p.D, f);
   auto options = fe::graph::SDPA_attributes().set_name("attention_forward").set_generate_stats(true).set_attn_scale(p.scale);
   if (p.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
   auto [O, Stats] = graph->sdpa(Q, K, V, options);
@@ -132,9 +144,10 @@ SdpaPlan build_forward(Context& ctx, const Problem& p) {
 
 SdpaPlan build_backward(Context& ctx, const Problem& p, bool deterministic) {
   auto graph = new_graph(p);
-  auto Q = bshd_tensor(*graph, "Q", kQ, p.B, p.H, p.S, p.D);
-  auto K = bshd_tensor(*graph, "K", kK, p.B, p.G, p.S, p.D);
-  auto V = bshd_tensor(*graph, "V", kV, p.B, p.G, p.S, p.D);
+  const int64_t f = p.qkv_interleave;
+  auto Q = bshd_tensor(*graph, "Q", kQ, p.B, p.H, p.S, p.D, f);
+  auto K = bshd_tensor(*graph, "K", kK, p.B, p.G, p.S, p.D, f);
+  auto V = bshd_tensor(*graph, "V", kV, p.B, p.G, p.S, p.D, f);
   auto O = bshd_tensor(*graph, "O", kO, p.B, p.H, p.S, p.D);
   auto dO = bshd_tensor(*graph, "dO", kdO, p.B, p.H, p.S, p.D);
   auto Stats = graph->tensor(fe::graph::Tensor_attributes()
@@ -149,9 +162,9 @@ SdpaPlan build_backward(Context& ctx, const Problem& p, bool deterministic) {
                      .set_deterministic_algorithm(deterministic);
   if (p.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
   auto [dQ, dK, dV] = graph->sdpa_backward(Q, K, V, O, dO, Stats, options);
-  set_bshd_output(*dQ, kdQ, p.B, p.H, p.S, p.D);
-  set_bshd_output(*dK, kdK, p.B, p.G, p.S, p.D);
-  set_bshd_output(*dV, kdV, p.B, p.G, p.S, p.D);
+  set_bshd_output(*dQ, kdQ, p.B, p.H, p.S, p.D, f);
+  set_bshd_output(*dK, kdK, p.B, p.G, p.S, p.D, f);
+  set_bshd_output(*dV, kdV, p.B, p.G, p.S, p.D, f);
   return finish_plan(ctx, std::move(graph), "attention_backward", p);
 }
 
@@ -206,6 +219,38 @@ void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
                                              {kO, out.data_ptr()},     {kdO, dout.data_ptr()}, {kStats, stats.data_ptr()},
                                              {kdQ, dq.data_ptr()},     {kdK, dk.data_ptr()},   {kdV, dv.data_ptr()}};
   execute(ctx, plan, pack, "attention_backward", p);
+}
+
+void attention_forward_packed(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& qkv, bool causal,
+                              float scale) {
+  Problem p{out.dim(0), out.dim(1), out.dim(2), out.dim(2), out.dim(3), out.dtype(), causal, scale, 3};
+  check_cudnn_limits("attention_forward_packed", p, {{"out", out}, {"stats", stats}, {"qkv", qkv}});
+  char* base = static_cast<char*>(qkv.data_ptr());
+  const int64_t head_bytes = p.D * int64_t(dtype_size(p.dtype));
+  SdpaPlan& plan = cached_plan(ctx, p.key("forward", false), [&] { return build_forward(ctx, p); });
+  std::unordered_map<int64_t, void*> pack = {{kQ, base},
+                                             {kK, base + head_bytes},
+                                             {kV, base + 2 * head_bytes},
+                                             {kO, out.data_ptr()},
+                                             {kStats, stats.data_ptr()}};
+  execute(ctx, plan, pack, "attention_forward_packed", p);
+}
+
+void attention_backward_packed(Context& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                               const Tensor& out, const Tensor& stats, bool causal, float scale, bool deterministic) {
+  Problem p{out.dim(0), out.dim(1), out.dim(2), out.dim(2), out.dim(3), out.dtype(), causal, scale, 3};
+  check_cudnn_limits("attention_backward_packed", p,
+                     {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"stats", stats}});
+  char* base = static_cast<char*>(qkv.data_ptr());
+  char* dbase = static_cast<char*>(dqkv.data_ptr());
+  const int64_t head_bytes = p.D * int64_t(dtype_size(p.dtype));
+  SdpaPlan& plan =
+      cached_plan(ctx, p.key("backward", deterministic), [&] { return build_backward(ctx, p, deterministic); });
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, base},          {kK, base + head_bytes},          {kV, base + 2 * head_bytes},
+      {kO, out.data_ptr()}, {kdO, dout.data_ptr()},           {kStats, stats.data_ptr()},
+      {kdQ, dbase},        {kdK, dbase + head_bytes},        {kdV, dbase + 2 * head_bytes}};
+  execute(ctx, plan, pack, "attention_backward_packed", p);
 }
 
 }  // namespace megatron::ops::cuda
