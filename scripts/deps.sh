@@ -41,8 +41,10 @@ if [ -n "$NVCC" ]; then
     $PY -m pip install -q --disable-pip-version-check --no-deps nvidia-cudnn-frontend 2>&1 | grep -v "Running pip as the 'root' user" || true
   fi
 fi
-# Reference implementations the data tests compare against (tokenizer parity, numpy's RandomState).
+# Reference implementations the data tests compare against (tokenizer parity, numpy's RandomState), and the
+# safetensors package the checkpoint tests read and write files with.
 pip_install numpy numpy
+pip_install safetensors safetensors
 pip_install tokenizers tokenizers
 pip_install tiktoken tiktoken
 pip_install sentencepiece sentencepiece
