@@ -37,9 +37,18 @@ HostSnapshot snapshot(Context& ctx, int rank, const std::vector<SaveItem>& items
   return snap;
 }
 
-fs::path prepare_save_directory(const fs::path& root, int64_t iteration, const SaveHooks& hooks) {
+namespace {
+fs::path final_dir(const fs::path& root, int64_t iteration, bool release) {
+  return release ? root / "release" : iteration_dir(root, iteration);
+}
+fs::path temporary_dir(const fs::path& root, int64_t iteration, bool release) {
+  return release ? root / ".release.tmp" : temporary_iteration_dir(root, iteration);
+}
+}  // namespace
+
+fs::path prepare_save_directory(const fs::path& root, int64_t iteration, const SaveHooks& hooks, bool release) {
   fs::create_directories(root);
-  const fs::path tmp = temporary_iteration_dir(root, iteration);
+  const fs::path tmp = temporary_dir(root, iteration, release);
   fs::remove_all(tmp);  // a crashed save of the same iteration
   fs::create_directory(tmp);
   hooks(kStageTemporaryDirectoryReady);
@@ -76,7 +85,7 @@ std::vector<SavedPiece> write_rank_file(const fs::path& tmp_dir, const HostSnaps
 
 void publish_checkpoint(const fs::path& root, int64_t iteration, const std::vector<SavedPiece>& pieces,
                         const nlohmann::json& state, const SaveOptions& options) {
-  const fs::path tmp = temporary_iteration_dir(root, iteration);
+  const fs::path tmp = temporary_dir(root, iteration, options.release);
   const CheckpointMetadata m = make_metadata(iteration, pieces, state);
   {
     std::ofstream f(tmp / kMetadataFile, std::ios::trunc);
@@ -86,15 +95,15 @@ void publish_checkpoint(const fs::path& root, int64_t iteration, const std::vect
   }
   fsync_path(tmp / kMetadataFile);
   options.hooks(kStageMetadataWritten);
-  publish_directory(tmp, iteration_dir(root, iteration));
+  publish_directory(tmp, final_dir(root, iteration, options.release));
   options.hooks(kStagePublished);
-  write_latest_iteration(root, std::to_string(iteration));
+  write_latest_iteration(root, options.release ? std::string("release") : std::to_string(iteration));
   apply_retention(root, options.keep_last);
 }
 
 void write_checkpoint(const fs::path& root, int64_t iteration, const HostSnapshot& snap, const nlohmann::json& state,
                       const SaveOptions& options) {
-  const fs::path tmp = prepare_save_directory(root, iteration, options.hooks);
+  const fs::path tmp = prepare_save_directory(root, iteration, options.hooks, options.release);
   std::vector<SavedPiece> pieces = write_rank_file(tmp, snap, iteration, options.hooks);
   publish_checkpoint(root, iteration, pieces, state, options);
 }

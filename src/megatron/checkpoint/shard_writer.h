@@ -56,6 +56,7 @@ struct SaveHooks {
 struct SaveOptions {
   int keep_last = 0;          // --keep-last: 0 keeps every checkpoint
   SaveHooks hooks;
+  bool release = false;       // <root>/release and tracker "release" (converted models; loaded as --finetune)
 };
 
 // Step 1. Replicas (replica_id > 0) are dropped here. `copy_cpu_tensors` false borrows CPU tensors instead
@@ -64,7 +65,7 @@ HostSnapshot snapshot(Context& ctx, int rank, const std::vector<SaveItem>& items
 
 // Creates (empty) the temporary directory of `iteration` under root (rank 0, before any rank writes).
 std::filesystem::path prepare_save_directory(const std::filesystem::path& root, int64_t iteration,
-                                             const SaveHooks& hooks = {});
+                                             const SaveHooks& hooks = {}, bool release = false);
 // Step 2.
 std::vector<SavedPiece> write_rank_file(const std::filesystem::path& tmp_dir, const HostSnapshot& snap,
                                         int64_t iteration, const SaveHooks& hooks = {});
