@@ -111,10 +111,11 @@ int run(const std::vector<std::string>& argv) {
     start_iteration = loaded.iteration;
     train_stream.set_consumed(loaded.consumed_train_samples);
     valid_stream.set_consumed(loaded.consumed_valid_samples);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::cout << "loaded checkpoint " << reader.directory().string() << " (iteration " << reader.iteration()
-              << (loaded.optimizer_loaded ? ", with optimizer state" : ", weights only") << ") in "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s; "
-              << "resuming at iteration " << start_iteration + 1 << "\n";
+              << (loaded.optimizer_loaded ? ", with optimizer state" : ", weights only") << "): "
+              << double(loaded.bytes) / 1e9 << " GB in " << seconds << " s (" << double(loaded.bytes) / 1e9 / seconds
+              << " GB/s); resuming at iteration " << start_iteration + 1 << "\n";
   }
   checkpoint::AsyncSaver async_saver;
   int64_t last_saved = -1;
@@ -124,10 +125,13 @@ int run(const std::vector<std::string>& argv) {
     ckpt_state.consumed_train_samples = train_stream.consumed();
     ckpt_state.consumed_valid_samples = valid_stream.consumed();
     const auto t0 = std::chrono::steady_clock::now();
-    checkpoint::save_training_checkpoint(*ctx, ckpt.save, ckpt_state, ckpt, ckpt.async_save ? &async_saver : nullptr);
-    std::cout << (ckpt.async_save ? "started saving" : "saved") << " checkpoint at iteration " << iteration << " to "
-              << ckpt.save << " in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
-              << " s\n" << std::flush;
+    const uint64_t bytes = checkpoint::save_training_checkpoint(*ctx, ckpt.save, ckpt_state, ckpt,
+                                                                ckpt.async_save ? &async_saver : nullptr);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Async: the time the training thread was held (waiting for the previous save, then the snapshot).
+    std::cout << (ckpt.async_save ? "snapshot for an asynchronous save" : "saved checkpoint") << " at iteration "
+              << iteration << " to " << ckpt.save << ": " << double(bytes) / 1e9 << " GB in " << seconds << " s ("
+              << double(bytes) / 1e9 / seconds << " GB/s)\n" << std::flush;
     last_saved = iteration;
   };
   // --- end checkpoints
@@ -204,6 +208,9 @@ int run(const std::vector<std::string>& argv) {
   // Megatron does; an asynchronous save finishes (and reports its errors) before the process exits.
   if (last_iteration > start_iteration) save(last_iteration);
   async_saver.wait();
+  if (async_saver.completed_iteration() >= 0)
+    std::cout << "asynchronous save of iteration " << async_saver.completed_iteration() << " written in "
+              << async_saver.completed_seconds() << " s in the background\n";
   // --- end checkpoints
   trainer::SampleStream test_stream = data.stream(data::Split::test);
   if (t.eval_iters > 0 && test_stream.available())

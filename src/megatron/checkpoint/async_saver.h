@@ -33,12 +33,18 @@ class AsyncSaver {
   // Blocks until the save in flight (if any) is complete; rethrows its error.
   void wait();
   bool busy() const { return thread_.joinable(); }
+  // The iteration and background seconds of the last save wait() completed (-1 and 0 before any).
+  int64_t completed_iteration() const { return completed_iteration_; }
+  double completed_seconds() const { return completed_seconds_; }
 
  private:
   std::thread thread_;
   std::unique_ptr<HostSnapshot> snapshot_;
   std::exception_ptr error_;
   int64_t iteration_ = 0;
+  double seconds_ = 0;  // written by the thread, read after join
+  int64_t completed_iteration_ = -1;
+  double completed_seconds_ = 0;
 };
 
 }  // namespace megatron::checkpoint

@@ -116,6 +116,7 @@ void CheckpointReader::load(Context& ctx, const ShardSpec& want, const Tensor& d
       verified_.insert(id);
     }
     copied += copy_overlap(target, buffer, piece.spec, bytes.data(), es);
+    bytes_read_ += bytes.size();
   }
   MEGATRON_CHECK(copied == want.numel(), "checkpoint ", dir_.string(), ": found ", copied, " of the ", want.numel(),
                  " elements of ", want.describe());

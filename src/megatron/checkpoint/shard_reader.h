@@ -41,6 +41,8 @@ class CheckpointReader {
   void load(Context& ctx, const ShardSpec& want, const Tensor& dst);
   // The whole tensor `key` into `dst` (its global shape's numel).
   void load_whole(Context& ctx, const std::string& key, const Tensor& dst);
+  // Bytes of saved pieces read so far (each piece counted once per load call that used it).
+  uint64_t bytes_read() const { return bytes_read_; }
 
  private:
   const SafetensorsFile& file(const SavedPiece& piece);
@@ -49,6 +51,7 @@ class CheckpointReader {
   CheckpointMetadata metadata_;
   std::map<std::string, std::shared_ptr<SafetensorsFile>> files_;
   std::set<std::string> verified_;  // "file/name" whose checksum was checked
+  uint64_t bytes_read_ = 0;
 };
 
 }  // namespace megatron::checkpoint

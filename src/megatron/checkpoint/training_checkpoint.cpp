@@ -136,18 +136,21 @@ nlohmann::json training_state_json(const TrainingState& state, bool save_optim, 
   return j;
 }
 
-void save_training_checkpoint(Context& ctx, const fs::path& root, const TrainingState& state,
-                              const train::CheckpointArguments& flags, AsyncSaver* async, const SaveHooks& hooks) {
+uint64_t save_training_checkpoint(Context& ctx, const fs::path& root, const TrainingState& state,
+                                  const train::CheckpointArguments& flags, AsyncSaver* async, const SaveHooks& hooks) {
   const bool save_optim = !flags.no_save_optim;
   std::vector<SaveItem> items = training_save_items(state, save_optim);
   nlohmann::json json = training_state_json(state, save_optim, !flags.no_save_rng);
   SaveOptions options{.keep_last = flags.keep_last, .hooks = hooks};
+  uint64_t bytes = 0;
+  for (const SaveItem& item : items) bytes += item.data.nbytes();
   if (async != nullptr) {
     async->submit(root, state.iteration, snapshot(ctx, 0, items, /*copy_cpu_tensors=*/true), std::move(json),
                   std::move(options));
   } else {
     save_checkpoint(ctx, root, state.iteration, items, json, options);
   }
+  return bytes;
 }
 
 CheckpointPreview preview_checkpoint(const fs::path& root) {
@@ -211,6 +214,7 @@ LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, 
   } else if (opt != nullptr) {
     opt->reload_model_params(ctx);  // masters from the loaded weights
   }
+  out.bytes = reader.bytes_read();
   state.iteration = out.iteration;
   state.consumed_train_samples = out.consumed_train_samples;
   state.consumed_valid_samples = out.consumed_valid_samples;

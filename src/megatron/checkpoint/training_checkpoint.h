@@ -60,8 +60,8 @@ std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_
 nlohmann::json training_state_json(const TrainingState& state, bool save_optim, bool save_rng);
 
 // Saves at state.iteration under `root`. With `async` the write happens on its background thread (the
-// snapshot is taken here); without, it completes before returning.
-void save_training_checkpoint(Context& ctx, const std::filesystem::path& root, const TrainingState& state,
+// snapshot is taken here); without, it completes before returning. Returns the bytes of tensor data saved.
+uint64_t save_training_checkpoint(Context& ctx, const std::filesystem::path& root, const TrainingState& state,
                               const train::CheckpointArguments& flags, AsyncSaver* async,
                               const SaveHooks& hooks = {});
 
@@ -80,6 +80,7 @@ struct LoadedTraining {
   int64_t consumed_train_samples = 0;
   int64_t consumed_valid_samples = 0;
   bool optimizer_loaded = false;
+  uint64_t bytes = 0;  // tensor data read
 };
 // Loads into state.model (and optimizer/scheduler/scaler per the flags). Throws before touching anything
 // when the architecture differs, listing every difference.
