@@ -176,6 +176,36 @@ TEST(Resume, FinetuneNoLoadOptimAndArchitectureMismatch) {
   EXPECT_EQ(no.train.consumed(), 12);
   EXPECT_EQ(no.trainer->optimizer().step_count(), 0);
 
+  // --no-save-optim: weights and counters only; loading rebuilds the optimizer.
+  fs::path weights_only = testing::make_temp_dir("resume_no_save_optim");
+  train::CheckpointArguments no_save;
+  no_save.no_save_optim = true;
+  no_save.no_save_rng = true;
+  save_training_checkpoint(*first.ctx, weights_only, first.state(), no_save, nullptr);
+  CheckpointReader wr = CheckpointReader::open(weights_only);
+  for (const auto& [key, entry] : wr.metadata().tensors) EXPECT_NE(key.rfind("optimizer.", 0), 0u) << key;
+  EXPECT_FALSE(wr.state().contains("optimizer"));
+  EXPECT_FALSE(preview_checkpoint(weights_only).seed.has_value());
+  TrainingRun from_weights(args, DType::F32, 99);
+  from_weights.load(weights_only, {});
+  EXPECT_EQ(from_weights.iteration, 3);
+  EXPECT_EQ(from_weights.trainer->optimizer().step_count(), 0);
+
+  // A bf16 run's checkpoint loads into an fp32 model from its fp32 masters (not the rounded weights).
+  {
+    std::vector<std::string> fb = f;
+    fb.push_back("--bf16");
+    train::Arguments bf_args = make_args(fb);
+    fs::path bf_root = testing::make_temp_dir("resume_bf16_to_fp32");
+    TrainingRun bf(bf_args, DType::BF16, 11);
+    bf.steps(2);
+    save_training_checkpoint(*bf.ctx, bf_root, bf.state(), {}, nullptr);
+    const std::vector<double> master = testing::to_doubles(*bf.ctx, bf.trainer->optimizer().master(0));
+    TrainingRun fp(args, DType::F32, 11);
+    fp.load(bf_root, {});
+    EXPECT_EQ(testing::to_doubles(*fp.ctx, fp.model->parameters().front()->value), master);
+  }
+
   std::vector<std::string> g = f;
   g[3] = "64";  // --hidden-size
   g.insert(g.end(), {"--swiglu"});

@@ -178,8 +178,12 @@ LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, 
   }
 
   nn::ParameterList params = state.model->parameters();
-  for (nn::Parameter* p : params)
-    reader.load(ctx, whole_tensor(p->name, dims(p->value), p->value.dtype()), p->value);
+  for (nn::Parameter* p : params) {
+    // fp32 parameters take the fp32 master when the checkpoint has one (saved from a bf16/fp16 run): the
+    // exact values the optimizer was updating, not their rounded copy.
+    const bool exact = p->value.dtype() == DType::F32 && reader.has(kFp32Param + p->name);
+    reader.load(ctx, whole_tensor(exact ? kFp32Param + p->name : p->name, dims(p->value), p->value.dtype()), p->value);
+  }
 
   const bool weights_only = flags.finetune || reader.is_release();
   LoadedTraining out;
