@@ -5,6 +5,7 @@
 #      synchronous --save every 10 iterations, then --load;
 #   2. --async-save: the same run; the training thread's stall at a save step (snapshot to pinned memory)
 #      against the step time, and the background write time;
+#   1b. generate from the saved checkpoint on CUDA (the cached-attention kernel, tokens/s);
 #   3. bit-exact resume on GPU: 20 iterations straight vs 10 + --load + 10 (log lines of 11..20 compared,
 #      hidden dropout 0.1 so the RNG state matters).
 # The HF parity tests run separately: MEGATRON_HF_PARITY=1 build-gpu/tests/test_checkpoint_hf_parity.
@@ -27,6 +28,10 @@ grep -E "saved checkpoint|error" "$OUT/ckpt_sync.log"
 du -sh "$CK/sync/iter_0000010"
 $P $MODEL --train-iters 31 --hidden-dropout 0 --load "$CK/sync" > "$OUT/ckpt_load.log" 2>&1
 grep -E "loaded checkpoint|error" "$OUT/ckpt_load.log"
+
+echo "== 1b. generate on CUDA from that checkpoint (KV cache, bf16; ids: no tokenizer on this machine)"
+build-gpu/tools/generate --load "$CK/sync" --prompt-ids "464 3290 318 257" --max-new-tokens 64 --greedy \
+  --device cuda 2>&1 | tail -3
 
 echo "== 2. asynchronous save"
 $P $MODEL --train-iters 30 --hidden-dropout 0 --save "$CK/async" --save-interval 10 --async-save > "$OUT/ckpt_async.log" 2>&1
