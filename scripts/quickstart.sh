@@ -10,7 +10,8 @@
 #    `tokenizers` package (vocab.json + merges.txt, GPT-2 format);
 # 4. preprocess_data -> quickstart/data/fortunes_text_document.{bin,idx};
 # 5. pretrain_gpt: a 4-layer GPT (1.9 M parameters) for ITERS iterations with validation every 50; training and validation
-#    loss fall (Megatron's log line shows it).
+#    loss fall (Megatron's log line shows it); the model is saved to quickstart/checkpoints (Megatron's layout);
+# 6. generate: samples text from the saved checkpoint (KV-cache decoding, top-k/top-p sampling).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITERS=${ITERS:-200}
@@ -19,7 +20,7 @@ WORK=quickstart
 BUILD_DIR=${BUILD_DIR:-build}
 mkdir -p "$WORK/data"
 
-echo "== 1/5 dependencies"
+echo "== 1/6 dependencies"
 scripts/deps.sh
 if [ ! -d /usr/share/games/fortunes ]; then
   SUDO=""
@@ -27,14 +28,14 @@ if [ ! -d /usr/share/games/fortunes ]; then
   $SUDO apt-get install -y -qq fortunes >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq fortunes >/dev/null; }
 fi
 
-echo "== 2/5 build"
+echo "== 2/6 build"
 export PATH="$PATH:/usr/local/cuda/bin"
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DMEGATRON_TOKENIZERS=ON >/dev/null
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target preprocess_data pretrain_gpt
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target preprocess_data pretrain_gpt generate
 
-echo "== 3/5 corpus and tokenizer"
+echo "== 3/6 corpus and tokenizer"
 python3 - "$WORK/data" <<'PY'
 import glob, json, os, random, sys
 out = sys.argv[1]
@@ -55,12 +56,13 @@ tok.save_model(out)
 print(f"{len(docs)} documents, {sum(len(d) for d in docs) / 1e6:.2f} MB of text; BPE vocabulary of 8192")
 PY
 
-echo "== 4/5 preprocess_data"
+echo "== 4/6 preprocess_data"
 "$BUILD_DIR"/tools/preprocess_data --input "$WORK/data/fortunes.jsonl" --output-prefix "$WORK/data/fortunes" \
   --tokenizer-type GPT2BPETokenizer --vocab-file "$WORK/data/vocab.json" --merge-file "$WORK/data/merges.txt" \
   --append-eod --workers "$(nproc)"
 
-echo "== 5/5 pretrain_gpt ($ITERS iterations, device $DEVICE)"
+echo "== 5/6 pretrain_gpt ($ITERS iterations, device $DEVICE)"
+rm -rf "$WORK/checkpoints"
 PRECISION=()
 if [ "$DEVICE" = "cuda" ] || { [ "$DEVICE" = "auto" ] && nvidia-smi >/dev/null 2>&1; }; then PRECISION=(--bf16); fi
 "$BUILD_DIR"/tools/pretrain_gpt --device "$DEVICE" "${PRECISION[@]}" \
@@ -70,4 +72,13 @@ if [ "$DEVICE" = "cuda" ] || { [ "$DEVICE" = "auto" ] && nvidia-smi >/dev/null 2
   --data-path "$WORK/data/fortunes_text_document" --split 949,50,1 \
   --tokenizer-type GPT2BPETokenizer --vocab-file "$WORK/data/vocab.json" --merge-file "$WORK/data/merges.txt" \
   --log-interval 20 --eval-interval 50 --eval-iters 10 --hidden-dropout 0 --attention-dropout 0 \
+  --save "$WORK/checkpoints" --save-interval 100 --keep-last 2 \
   | grep --line-buffered -v -E '^  [a-z0-9_]+ \.+ '
+
+echo "== 6/6 generate (from $WORK/checkpoints)"
+for prompt in "The best way to" "A computer is"; do
+  "$BUILD_DIR"/tools/generate --load "$WORK/checkpoints" --device "$DEVICE" \
+    --tokenizer-type GPT2BPETokenizer --vocab-file "$WORK/data/vocab.json" --merge-file "$WORK/data/merges.txt" \
+    --prompt "$prompt" --max-new-tokens 40 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 7
+  echo
+done

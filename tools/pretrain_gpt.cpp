@@ -8,11 +8,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #if MEGATRON_WITH_TOKENIZERS
 #include "megatron/data/tokenizers/tokenizer.h"
 #endif
+#include "megatron/checkpoint/checkpoint_dir.h"
+#include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/nn/gpt_model.h"
 #include "megatron/train/flags.h"
 #include "megatron/train/flops.h"
@@ -66,7 +69,22 @@ int run(const std::vector<std::string>& argv) {
   DType dtype = args.training.bf16 ? DType::BF16 : (args.training.fp16 ? DType::F16 : DType::F32);
   std::cout << train::describe_arguments(args) << std::flush;
 
-  nn::ModelConfig model_config = nn::make_model_config(args.model, dtype, uint64_t(args.training.seed));
+  // --- checkpoints (issue 7): what --load holds, before the model is built (its seed drives dropout).
+  const train::CheckpointArguments& ckpt = args.checkpoint;
+  std::optional<checkpoint::CheckpointPreview> loaded_preview;
+  uint64_t model_seed = uint64_t(args.training.seed);
+  if (!ckpt.load.empty()) {
+    if (std::filesystem::exists(std::filesystem::path(ckpt.load) / checkpoint::kTrackerFile) ||
+        std::filesystem::exists(std::filesystem::path(ckpt.load) / checkpoint::kMetadataFile)) {
+      loaded_preview = checkpoint::preview_checkpoint(ckpt.load);
+      const bool weights_only = ckpt.finetune || loaded_preview->release;
+      if (loaded_preview->seed && !ckpt.no_load_rng && !weights_only) model_seed = *loaded_preview->seed;
+    } else {
+      std::cout << "WARNING: no checkpoint found in --load " << ckpt.load << "; training from scratch\n";
+    }
+  }
+  // --- end checkpoints
+  nn::ModelConfig model_config = nn::make_model_config(args.model, dtype, model_seed);
   model_config.deterministic = args.training.deterministic_mode;
   nn::GPTModel model(*ctx, model_config);
   const int64_t num_params = nn::count_elements(model.parameters());
@@ -82,6 +100,43 @@ int run(const std::vector<std::string>& argv) {
   trainer::SampleStream valid_stream = data.stream(data::Split::valid);
   trainer::Trainer trainer(*ctx, args, model);
 
+  // --- checkpoints (issue 7): resume, and the save rule (every --save-interval and when the run stops).
+  checkpoint::TrainingState ckpt_state{.model = &model, .optimizer = &trainer.optimizer(),
+                                       .scheduler = &trainer.mutable_scheduler(),
+                                       .scaler = trainer.mutable_loss_scaler(), .args = &args};
+  int64_t start_iteration = 0;
+  if (loaded_preview) {
+    checkpoint::CheckpointReader reader = checkpoint::CheckpointReader::open(loaded_preview->directory);
+    const auto t0 = std::chrono::steady_clock::now();
+    checkpoint::LoadedTraining loaded = checkpoint::load_training_checkpoint(*ctx, reader, ckpt_state, ckpt);
+    start_iteration = loaded.iteration;
+    train_stream.set_consumed(loaded.consumed_train_samples);
+    valid_stream.set_consumed(loaded.consumed_valid_samples);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << "loaded checkpoint " << reader.directory().string() << " (iteration " << reader.iteration()
+              << (loaded.optimizer_loaded ? ", with optimizer state" : ", weights only") << "): "
+              << double(loaded.bytes) / 1e9 << " GB in " << seconds << " s (" << double(loaded.bytes) / 1e9 / seconds
+              << " GB/s); resuming at iteration " << start_iteration + 1 << "\n";
+  }
+  checkpoint::AsyncSaver async_saver;
+  int64_t last_saved = -1;
+  auto save = [&](int64_t iteration) {
+    if (ckpt.save.empty() || iteration == last_saved) return;
+    ckpt_state.iteration = iteration;
+    ckpt_state.consumed_train_samples = train_stream.consumed();
+    ckpt_state.consumed_valid_samples = valid_stream.consumed();
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t bytes = checkpoint::save_training_checkpoint(*ctx, ckpt.save, ckpt_state, ckpt,
+                                                                ckpt.async_save ? &async_saver : nullptr);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Async: the time the training thread was held (waiting for the previous save, then the snapshot).
+    std::cout << (ckpt.async_save ? "snapshot for an asynchronous save" : "saved checkpoint") << " at iteration "
+              << iteration << " to " << ckpt.save << ": " << double(bytes) / 1e9 << " GB in " << seconds << " s ("
+              << double(bytes) / 1e9 / seconds << " GB/s)\n" << std::flush;
+    last_saved = iteration;
+  };
+  // --- end checkpoints
+
   // Megatron's evaluation block: the loss and its perplexity between two rules.
   auto print_evaluation = [](const std::string& where, double loss) {
     std::string line = str_cat(" validation loss at ", where, " | lm loss value: ");
@@ -91,13 +146,13 @@ int run(const std::vector<std::string>& argv) {
     std::cout << rule << "\n" << line << buf << "\n" << rule << "\n" << std::flush;
   };
   const auto& t = args.training;
-  int64_t last_iteration = 0;
+  int64_t last_iteration = start_iteration;
   const auto start = std::chrono::steady_clock::now();
   double interval_loss = 0, interval_seconds = 0;
   int64_t interval_iters = 0, skipped = 0, nans = 0;
   std::optional<double> last_grad_norm;
   bool printed_memory = false;
-  for (int64_t iteration = 1; iteration <= t.train_iters; ++iteration) {
+  for (int64_t iteration = start_iteration + 1; iteration <= t.train_iters; ++iteration) {
     last_iteration = iteration;
     if (t.profile && iteration == t.profile_step_start) cuda_profiler_start();
     if (t.profile && iteration == t.profile_step_end) cuda_profiler_stop();
@@ -141,6 +196,7 @@ int run(const std::vector<std::string>& argv) {
     }
     if (t.eval_iters > 0 && t.eval_interval > 0 && iteration % t.eval_interval == 0 && valid_stream.available())
       print_evaluation(str_cat("iteration ", iteration), trainer.evaluate(valid_stream));
+    if (ckpt.save_interval > 0 && iteration % ckpt.save_interval == 0) save(iteration);  // checkpoints (issue 7)
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60;
     if (t.exit_interval > 0 && iteration % t.exit_interval == 0) {
       std::cout << "exiting at iteration " << iteration << " (--exit-interval " << t.exit_interval << ")\n";
@@ -151,6 +207,14 @@ int run(const std::vector<std::string>& argv) {
       break;
     }
   }
+  // --- checkpoints (issue 7): a run that stops (end, --exit-interval, --exit-duration-in-mins) saves, as
+  // Megatron does; an asynchronous save finishes (and reports its errors) before the process exits.
+  if (last_iteration > start_iteration) save(last_iteration);
+  async_saver.wait();
+  if (async_saver.completed_iteration() >= 0)
+    std::cout << "asynchronous save of iteration " << async_saver.completed_iteration() << " written in "
+              << async_saver.completed_seconds() << " s in the background\n";
+  // --- end checkpoints
   trainer::SampleStream test_stream = data.stream(data::Split::test);
   if (t.eval_iters > 0 && test_stream.available())
     print_evaluation(str_cat("iteration ", last_iteration, " on test set"), trainer.evaluate(test_stream));

@@ -127,6 +127,13 @@ std::vector<std::string> constraint_violations(const Arguments& a) {
   if (p.overlap_param_gather)
     need(p.use_distributed_optimizer, "--overlap-param-gather needs --use-distributed-optimizer");
 
+  // --- checkpoints (issue 7)
+  const CheckpointArguments& c = a.checkpoint;
+  need(c.save_interval >= 0, "--save-interval must not be negative (got ", c.save_interval, ")");
+  need(c.keep_last >= 0, "--keep-last must not be negative (got ", c.keep_last, ")");
+  need(c.save_interval == 0 || !c.save.empty(), "--save-interval ", c.save_interval, " needs --save");
+  // --- end checkpoints
+
   const DataArguments& d = a.data;
   need(d.mock_data || !d.data_path.empty(), "either --data-path or --mock-data is required");
   need(!(d.mock_data && !d.data_path.empty()), "--mock-data and --data-path are mutually exclusive");

@@ -95,6 +95,13 @@ struct CheckpointArguments {
   std::string save;
   std::string load;
   int64_t save_interval = 0;
+  bool no_save_optim = false;
+  bool no_save_rng = false;
+  bool no_load_optim = false;
+  bool no_load_rng = false;
+  bool finetune = false;   // weights only: iteration 0, fresh optimizer/schedule/data position
+  bool async_save = false;
+  int keep_last = 0;       // --keep-last N (Megatron has no retention flag); 0 keeps every checkpoint
 };
 
 struct Arguments {

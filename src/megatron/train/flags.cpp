@@ -175,6 +175,14 @@ const std::vector<FlagSpec>& flag_table() {
       flag("--save", &A::checkpoint, &C::save, "checkpoint directory to write"),
       flag("--load", &A::checkpoint, &C::load, "checkpoint directory to read"),
       flag("--save-interval", &A::checkpoint, &C::save_interval, "iterations between checkpoints"),
+      flag("--no-save-optim", &A::checkpoint, &C::no_save_optim, "do not save the optimizer state"),
+      flag("--no-save-rng", &A::checkpoint, &C::no_save_rng, "do not save the RNG state"),
+      flag("--no-load-optim", &A::checkpoint, &C::no_load_optim, "do not load the optimizer state"),
+      flag("--no-load-rng", &A::checkpoint, &C::no_load_rng, "do not load the RNG state (use --seed)"),
+      flag("--finetune", &A::checkpoint, &C::finetune,
+           "load the model weights only; start at iteration 0 with fresh optimizer, schedule and data position"),
+      flag("--async-save", &A::checkpoint, &C::async_save, "write checkpoints on a background thread"),
+      flag("--keep-last", &A::checkpoint, &C::keep_last, "keep only the newest N checkpoints (0: keep all)"),
   };
   return table;
 }
@@ -283,13 +291,50 @@ std::string flags_help() {
   return os.str();
 }
 
-std::string describe_arguments(const Arguments& args) {
+// --- checkpoints (issue 7)
+namespace {
+std::string flag_key(const std::string& flag_name) {
+  std::string key = flag_name.substr(2);
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> argument_values(const Arguments& args) {
   std::vector<std::pair<std::string, std::string>> rows;
-  for (const FlagSpec& f : flag_table()) {
-    std::string key = f.name.substr(2);
-    std::replace(key.begin(), key.end(), '-', '_');
-    rows.emplace_back(key, f.get(args));
-  }
+  for (const FlagSpec& f : flag_table()) rows.emplace_back(flag_key(f.name), f.get(args));
+  return rows;
+}
+
+std::vector<std::string> flags_for_values(const std::vector<std::pair<std::string, std::string>>& values) {
+  std::vector<std::string> argv;
+  for (const auto& [key, value] : values)
+    for (const FlagSpec& f : flag_table()) {
+      if (flag_key(f.name) != key) continue;
+      if (!f.takes_value) {
+        if (value == "True") argv.push_back(f.name);
+      } else if (f.takes_list) {
+        if (value.empty()) break;
+        argv.push_back(f.name);
+        size_t start = 0;
+        while (start <= value.size()) {
+          size_t space = value.find(' ', start);
+          if (space == std::string::npos) space = value.size();
+          argv.push_back(value.substr(start, space - start));
+          start = space + 1;
+        }
+      } else {
+        argv.push_back(f.name);
+        argv.push_back(value);
+      }
+      break;
+    }
+  return argv;
+}
+// --- end checkpoints
+
+std::string describe_arguments(const Arguments& args) {
+  std::vector<std::pair<std::string, std::string>> rows = argument_values(args);
   rows.emplace_back("world_size", std::to_string(args.parallel.world_size));
   rows.emplace_back("data_parallel_size", std::to_string(args.data_parallel_size()));
   rows.emplace_back("padded_vocab_size", std::to_string(args.padded_vocab_size()));

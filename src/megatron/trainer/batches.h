@@ -33,6 +33,7 @@ class SampleStream {
   Tensor next(int64_t n, Allocator& host);
   int64_t consumed() const { return consumed_; }
   void rewind() { consumed_ = 0; }
+  void set_consumed(int64_t n) { consumed_ = n; }  // resuming from a checkpoint
 
  private:
   Reader read_;

@@ -38,6 +38,10 @@ class Trainer {
   int num_micro_batches() const { return num_micro_batches_; }
   const optim::OptimizerParamScheduler& scheduler() const { return scheduler_; }
   const optim::LossScaler* loss_scaler() const { return scaler_.get(); }
+  // Checkpoints (issue 7) save and restore these.
+  optim::AdamW& optimizer() { return *optimizer_; }
+  optim::OptimizerParamScheduler& mutable_scheduler() { return scheduler_; }
+  optim::LossScaler* mutable_loss_scaler() { return scaler_.get(); }
 
  private:
   // Splits samples [mbs, s+1] into tokens, labels and an all-ones loss mask on the device.

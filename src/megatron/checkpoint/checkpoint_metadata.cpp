@@ -1,0 +1,137 @@
+#include "megatron/checkpoint/checkpoint_metadata.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "megatron/core/error.h"
+
+namespace megatron::checkpoint {
+
+CheckpointMetadata make_metadata(int64_t iteration, const std::vector<SavedPiece>& pieces, nlohmann::json state) {
+  CheckpointMetadata m;
+  m.iteration = iteration;
+  m.state = std::move(state);
+  for (const SavedPiece& p : pieces) {
+    auto [it, fresh] = m.tensors.try_emplace(p.spec.key);
+    TensorEntry& e = it->second;
+    if (fresh) {
+      e.global_shape = p.spec.global_shape;
+      e.dtype = p.spec.dtype;
+    }
+    MEGATRON_CHECK(e.global_shape == p.spec.global_shape && e.dtype == p.spec.dtype, "checkpoint: pieces of '",
+                   p.spec.key, "' disagree on the global shape or dtype: ", p.spec.describe(), " vs ",
+                   e.pieces.front().spec.describe());
+    MEGATRON_CHECK(p.spec.replica_id == 0, "checkpoint: piece ", p.spec.describe(),
+                   " is a replica; only replica 0 is saved");
+    e.pieces.push_back(p);
+  }
+  for (const auto& [key, e] : m.tensors) {
+    std::vector<ShardSpec> specs;
+    for (const SavedPiece& p : e.pieces) specs.push_back(p.spec);
+    check_exact_cover(specs);
+  }
+  return m;
+}
+
+nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
+  nlohmann::json j;
+  j["format"] = kFormatName;
+  j["version"] = kFormatVersion;
+  j["iteration"] = m.iteration;
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const auto& [key, e] : m.tensors) {
+    nlohmann::json t;
+    t["global_shape"] = e.global_shape;
+    t["dtype"] = dtype_name(e.dtype);
+    nlohmann::json pieces = nlohmann::json::array();
+    for (const SavedPiece& p : e.pieces) {
+      nlohmann::json q;
+      q["file"] = p.file;
+      q["name"] = p.name;
+      if (p.spec.flat) {
+        q["flat_range"] = {p.spec.flat_begin, p.spec.flat_end};
+      } else {
+        q["global_offset"] = p.spec.global_offset;
+        q["local_shape"] = p.spec.local_shape;
+      }
+      q["replica_id"] = p.spec.replica_id;
+      q["bytes"] = p.bytes;
+      char crc[16];
+      std::snprintf(crc, sizeof crc, "0x%08x", p.crc32c);
+      q["crc32c"] = crc;
+      pieces.push_back(std::move(q));
+    }
+    t["pieces"] = std::move(pieces);
+    tensors[key] = std::move(t);
+  }
+  j["tensors"] = std::move(tensors);
+  j["state"] = m.state;
+  return j;
+}
+
+CheckpointMetadata metadata_from_json(const nlohmann::json& j, const std::string& where) {
+  CheckpointMetadata m;
+  try {
+    MEGATRON_CHECK(j.value("format", std::string()) == kFormatName, "checkpoint metadata ", where,
+                   ": not a megatron.cpp sharded checkpoint (format '", j.value("format", std::string()), "')");
+    const int version = j.at("version").get<int>();
+    MEGATRON_CHECK(version == kFormatVersion, "checkpoint metadata ", where, ": format version ", version,
+                   " is not supported (this build reads version ", kFormatVersion, ")");
+    m.iteration = j.at("iteration").get<int64_t>();
+    m.state = j.value("state", nlohmann::json::object());
+    for (const auto& [key, t] : j.at("tensors").items()) {
+      TensorEntry e;
+      e.global_shape = t.at("global_shape").get<std::vector<int64_t>>();
+      e.dtype = parse_dtype(t.at("dtype").get<std::string>());
+      for (const auto& q : t.at("pieces")) {
+        SavedPiece p;
+        p.spec.key = key;
+        p.spec.global_shape = e.global_shape;
+        p.spec.dtype = e.dtype;
+        if (q.contains("flat_range")) {
+          p.spec.flat = true;
+          p.spec.flat_begin = q.at("flat_range").at(0).get<int64_t>();
+          p.spec.flat_end = q.at("flat_range").at(1).get<int64_t>();
+        } else {
+          p.spec.global_offset = q.at("global_offset").get<std::vector<int64_t>>();
+          p.spec.local_shape = q.at("local_shape").get<std::vector<int64_t>>();
+        }
+        p.spec.replica_id = q.value("replica_id", 0);
+        p.file = q.at("file").get<std::string>();
+        p.name = q.at("name").get<std::string>();
+        p.bytes = q.at("bytes").get<uint64_t>();
+        p.crc32c = uint32_t(std::stoul(q.at("crc32c").get<std::string>(), nullptr, 16));
+        validate_shard(p.spec);
+        MEGATRON_CHECK(p.file.find("..") == std::string::npos && !p.file.empty() && p.file[0] != '/',
+                       "checkpoint metadata ", where, ": piece file '", p.file, "' of '", key,
+                       "' must be a plain file name");
+        e.pieces.push_back(std::move(p));
+      }
+      std::vector<ShardSpec> specs;
+      for (const SavedPiece& p : e.pieces) specs.push_back(p.spec);
+      check_exact_cover(specs);
+      m.tensors.emplace(key, std::move(e));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    MEGATRON_FAIL("checkpoint metadata ", where, " is malformed: ", e.what());
+  } catch (const Error& e) {
+    MEGATRON_FAIL("checkpoint metadata ", where, ": ", e.what());
+  }
+  return m;
+}
+
+CheckpointMetadata read_metadata(const std::filesystem::path& dir) {
+  const std::filesystem::path path = dir / kMetadataFile;
+  std::ifstream f(path);
+  MEGATRON_CHECK(f.good(), "checkpoint: ", dir.string(), " has no ", kMetadataFile,
+                 " (not a megatron.cpp checkpoint, or an incomplete save)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    MEGATRON_FAIL("checkpoint metadata ", path.string(), " is not valid JSON (truncated or corrupt?): ", e.what());
+  }
+  return metadata_from_json(j, path.string());
+}
+
+}  // namespace megatron::checkpoint

@@ -1,0 +1,169 @@
+// config.json <-> ModelArguments for the Hugging Face families (hf_convert.h states the mapping).
+#include <vector>
+
+#include "megatron/checkpoint/hf_convert.h"
+#include "megatron/core/error.h"
+
+namespace megatron::checkpoint {
+using json = nlohmann::json;
+
+namespace {
+template <class T>
+T get_or(const json& j, const char* key, T fallback) {
+  return j.contains(key) && !j[key].is_null() ? j[key].get<T>() : fallback;
+}
+
+}  // namespace
+
+HfFamily parse_hf_family(const std::string& name) {
+  if (name == "llama") return HfFamily::Llama;
+  if (name == "mistral") return HfFamily::Mistral;
+  if (name == "qwen2") return HfFamily::Qwen2;
+  if (name == "gpt2") return HfFamily::GPT2;
+  MEGATRON_FAIL("convert: model type '", name, "' is not supported (llama, mistral, qwen2, gpt2)");
+}
+
+const char* hf_family_name(HfFamily f) {
+  switch (f) {
+    case HfFamily::Llama: return "llama";
+    case HfFamily::Mistral: return "mistral";
+    case HfFamily::Qwen2: return "qwen2";
+    case HfFamily::GPT2: return "gpt2";
+  }
+  return "?";
+}
+
+HfFamily hf_family_of(const json& config) {
+  MEGATRON_CHECK(config.contains("model_type"), "convert: config.json has no model_type");
+  return parse_hf_family(config["model_type"].get<std::string>());
+}
+
+train::ModelArguments model_arguments_from_hf(const json& c) {
+  const HfFamily f = hf_family_of(c);
+  train::ModelArguments m;
+  std::vector<std::string> unsupported;
+  m.attention_dropout = 0;
+  m.hidden_dropout = 0;
+  m.init_method_std = get_or<double>(c, "initializer_range", 0.02);
+  m.vocab_size = c.at("vocab_size").get<int>();
+  m.make_vocab_size_divisible_by = 128;
+  if (f == HfFamily::GPT2) {
+    m.num_layers = c.at("n_layer").get<int>();
+    m.hidden_size = c.at("n_embd").get<int>();
+    m.num_attention_heads = c.at("n_head").get<int>();
+    m.ffn_hidden_size = get_or<int>(c, "n_inner", 4 * m.hidden_size);
+    m.max_position_embeddings = c.at("n_positions").get<int>();
+    m.seq_length = m.max_position_embeddings;
+    m.position_embedding_type = "learned_absolute";
+    m.normalization = "LayerNorm";
+    m.norm_epsilon = get_or<double>(c, "layer_norm_epsilon", 1e-5);
+    const std::string act = get_or<std::string>(c, "activation_function", "gelu_new");
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+      unsupported.push_back("activation_function '" + act + "' (only the tanh GELU, gelu_new)");
+    if (get_or<bool>(c, "scale_attn_by_inverse_layer_idx", false)) unsupported.push_back("scale_attn_by_inverse_layer_idx");
+    if (!get_or<bool>(c, "scale_attn_weights", true)) unsupported.push_back("scale_attn_weights false");
+    if (!get_or<bool>(c, "tie_word_embeddings", true)) unsupported.push_back("untied GPT-2 embeddings");
+  } else {
+    m.num_layers = c.at("num_hidden_layers").get<int>();
+    m.hidden_size = c.at("hidden_size").get<int>();
+    m.num_attention_heads = c.at("num_attention_heads").get<int>();
+    m.num_query_groups = get_or<int>(c, "num_key_value_heads", m.num_attention_heads);
+    m.group_query_attention = m.num_query_groups != m.num_attention_heads;
+    m.kv_channels = get_or<int>(c, "head_dim", m.hidden_size / m.num_attention_heads);
+    m.ffn_hidden_size = c.at("intermediate_size").get<int>();
+    m.max_position_embeddings = get_or<int>(c, "max_position_embeddings", 4096);
+    m.seq_length = std::min(m.max_position_embeddings, 4096);
+    m.position_embedding_type = "rope";
+    m.swiglu = true;
+    m.normalization = "RMSNorm";
+    m.norm_epsilon = get_or<double>(c, "rms_norm_eps", 1e-6);
+    m.untie_embeddings_and_output_weights = !get_or<bool>(c, "tie_word_embeddings", false);
+    // transformers 5 keeps rope_theta (and the scaling type) in rope_parameters; 4.x at the top level.
+    json rope = c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"] : json::object();
+    m.rotary_base = get_or<double>(rope, "rope_theta", get_or<double>(c, "rope_theta", 10000.0));
+    m.rotary_percent = get_or<double>(rope, "partial_rotary_factor", get_or<double>(c, "partial_rotary_factor", 1.0));
+    const json* scaling = c.contains("rope_scaling") ? &c["rope_scaling"] : nullptr;
+    for (const json* r : {static_cast<const json*>(&rope), scaling}) {
+      if (r == nullptr || !r->is_object()) continue;
+      const std::string type = get_or<std::string>(*r, "rope_type", get_or<std::string>(*r, "type", "default"));
+      if (type != "default") unsupported.push_back("RoPE scaling '" + type + "' (only plain RoPE)");
+    }
+    const std::string act = get_or<std::string>(c, "hidden_act", "silu");
+    if (act != "silu") unsupported.push_back("hidden_act '" + act + "' (only SwiGLU with silu)");
+    const bool qkv_bias = f == HfFamily::Qwen2 || get_or<bool>(c, "attention_bias", false);
+    m.disable_bias_linear = !(qkv_bias || get_or<bool>(c, "mlp_bias", false));
+    if (f == HfFamily::Qwen2 && get_or<bool>(c, "use_sliding_window", false))
+      unsupported.push_back("Qwen2 sliding-window attention");
+  }
+  MEGATRON_CHECK(unsupported.empty(), "convert: this ", hf_family_name(f), " configuration uses what megatron.cpp does not ",
+                 "implement: ", [&] {
+                   std::string s;
+                   for (const std::string& u : unsupported) s += (s.empty() ? "" : "; ") + u;
+                   return s;
+                 }());
+  train::Arguments all;
+  all.model = m;
+  train::resolve(all);
+  return all.model;
+}
+
+json hf_config_from_model(HfFamily f, const train::ModelArguments& m, DType dtype, const json& base) {
+  json c = base.is_object() ? base : json::object();
+  c["vocab_size"] = m.vocab_size;
+  c["initializer_range"] = m.init_method_std;
+  c["torch_dtype"] = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+  if (f == HfFamily::GPT2) {
+    MEGATRON_CHECK(m.position_embedding_type == "learned_absolute" && m.normalization == "LayerNorm" && !m.swiglu &&
+                       !m.untie_embeddings_and_output_weights && !m.disable_bias_linear &&
+                       m.num_query_groups == m.num_attention_heads && m.kv_channels * m.num_attention_heads == m.hidden_size,
+                   "convert: this model is not GPT-2 shaped (GPT-2 needs learned positions, LayerNorm, GELU, tied "
+                   "embeddings, biases and plain multi-head attention)");
+    c["model_type"] = "gpt2";
+    c["architectures"] = {"GPT2LMHeadModel"};
+    c["n_layer"] = m.num_layers;
+    c["n_embd"] = m.hidden_size;
+    c["n_head"] = m.num_attention_heads;
+    c["n_inner"] = m.ffn_hidden_size;
+    c["n_positions"] = m.max_position_embeddings;
+    c["n_ctx"] = m.max_position_embeddings;
+    c["layer_norm_epsilon"] = m.norm_epsilon;
+    c["activation_function"] = "gelu_new";
+    c["tie_word_embeddings"] = true;
+    for (const char* k : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) c[k] = 0.0;
+    if (!c.contains("bos_token_id")) c["bos_token_id"] = m.vocab_size - 1;
+    if (!c.contains("eos_token_id")) c["eos_token_id"] = m.vocab_size - 1;
+    return c;
+  }
+  MEGATRON_CHECK(m.position_embedding_type == "rope" && m.normalization == "RMSNorm" && m.swiglu,
+                 "convert: this model is not ", hf_family_name(f), " shaped (needs RoPE, RMSNorm and SwiGLU)");
+  static const char* const kArch[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+  c["model_type"] = hf_family_name(f);
+  c["architectures"] = {kArch[int(f)]};
+  c["num_hidden_layers"] = m.num_layers;
+  c["hidden_size"] = m.hidden_size;
+  c["num_attention_heads"] = m.num_attention_heads;
+  c["num_key_value_heads"] = m.num_query_groups;
+  c["head_dim"] = m.kv_channels;
+  c["intermediate_size"] = m.ffn_hidden_size;
+  c["max_position_embeddings"] = m.max_position_embeddings;
+  c["rms_norm_eps"] = m.norm_epsilon;
+  c["hidden_act"] = "silu";
+  c["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
+  c["rope_theta"] = m.rotary_base;
+  c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", m.rotary_base}};
+  if (m.rotary_percent != 1.0) {
+    c["partial_rotary_factor"] = m.rotary_percent;
+    c["rope_parameters"]["partial_rotary_factor"] = m.rotary_percent;
+  }
+  c.erase("rope_scaling");
+  c["attention_dropout"] = 0.0;
+  if (f == HfFamily::Llama) {
+    c["attention_bias"] = !m.disable_bias_linear;
+    c["mlp_bias"] = !m.disable_bias_linear;
+  }
+  if (f == HfFamily::Mistral && !c.contains("sliding_window")) c["sliding_window"] = nullptr;
+  if (f == HfFamily::Qwen2) c["use_sliding_window"] = false;
+  return c;
+}
+
+}  // namespace megatron::checkpoint

@@ -1,0 +1,76 @@
+// Hugging Face <-> megatron.cpp weights: Llama 2/3, Mistral, Qwen2 and GPT-2 checkpoints (config.json +
+// model.safetensors, or model.safetensors.index.json + shards) to our global tensors, and back.
+//
+// Architecture (config.json -> ModelArguments):
+//   Llama/Mistral/Qwen2: RMSNorm (rms_norm_eps), SwiGLU (hidden_act silu; intermediate_size), RoPE (rope_theta,
+//     partial_rotary_factor -> rotary_percent; rope scaling other than "default" is refused), GQA
+//     (num_key_value_heads), head_dim (or hidden/heads), untied unless tie_word_embeddings. Biases: Qwen2's q/k/v
+//     biases (and Llama's attention_bias/mlp_bias) need --disable-bias-linear off, which gives every linear a
+//     bias: the ones HF lacks are zero on import and must be zero (else a warning, and dropped) on export.
+//   GPT-2: LayerNorm (layer_norm_epsilon), GELU tanh (gelu_new), learned positions (n_positions), tied, biases.
+//   Vocabulary: vocab_size as in HF; our padded rows (make_vocab_size_divisible_by 128) are zero on import and
+//   dropped on export.
+// Weights (Megatron-core names on our side):
+//   q/k/v_proj [n*d, h], [g*d, h], [g*d, h] -> linear_qkv [g*(n/g+2)*d, h]: per query group j, its n/g query
+//     heads, then key head j, then value head j (the fused layout of nn/attention.h); biases alike.
+//   gate_proj, up_proj -> linear_fc1 = [gate; up]; down_proj -> linear_fc2; o_proj -> linear_proj.
+//   GPT-2 Conv1D weights are stored [in, out]: transposed; c_attn [h, 3h] = [q | k | v] columns, fused as above
+//     with one head per group.
+//   Norms: input_layernorm -> input_layernorm, post_attention_layernorm / ln_2 -> pre_mlp_layernorm, model.norm /
+//     ln_f -> decoder.final_layernorm.
+// HF buffers that are not weights (rotary inv_freq, GPT-2's attn.bias masks) are ignored; any other unused HF
+// tensor is an error naming it (an unsupported feature must not be dropped silently).
+// Tensor parallelism: our tensors are global (layout-free), so a "target TP" changes nothing in the files;
+// it is recorded in the checkpoint's state and TP sharding happens at load time (sharded_tensor.h).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "megatron/core/dtype.h"
+#include "megatron/train/arguments.h"
+
+namespace megatron::checkpoint {
+
+enum class HfFamily { Llama, Mistral, Qwen2, GPT2 };
+HfFamily parse_hf_family(const std::string& name);  // "llama", "mistral", "qwen2", "gpt2"
+const char* hf_family_name(HfFamily f);
+
+// A host tensor of any dtype: the unit of conversion.
+struct HostTensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<std::byte> bytes;
+  int64_t numel() const;
+};
+using TensorMap = std::map<std::string, HostTensor>;
+
+// The family named by config.json's model_type; throws for others.
+HfFamily hf_family_of(const nlohmann::json& config);
+// Resolved model arguments for an HF config (throws listing what is unsupported).
+train::ModelArguments model_arguments_from_hf(const nlohmann::json& config);
+// config.json for our arguments, starting from `base` (the original HF config when known: token ids and
+// other fields survive a round trip) and overriding every architecture field.
+nlohmann::json hf_config_from_model(HfFamily family, const train::ModelArguments& args, DType dtype,
+                                    const nlohmann::json& base = nlohmann::json::object());
+
+// Weight renaming/reshaping. `args` resolved; `padded_vocab` = our embedding rows.
+TensorMap hf_to_megatron(HfFamily family, const train::ModelArguments& args, int64_t padded_vocab, const TensorMap& hf);
+// `warnings` receives a line per dropped non-zero tensor (biases HF cannot hold).
+TensorMap megatron_to_hf(HfFamily family, const train::ModelArguments& args, const TensorMap& ours,
+                         std::vector<std::string>* warnings = nullptr);
+
+// Reading and writing HF directories.
+nlohmann::json read_hf_config(const std::filesystem::path& dir);
+TensorMap read_hf_weights(const std::filesystem::path& dir);  // model.safetensors or the index + shards
+void write_hf_checkpoint(const std::filesystem::path& dir, const nlohmann::json& config, const TensorMap& tensors);
+
+// Casts every floating tensor to `dtype` (others untouched); CUDA's rounding when narrowing.
+void cast_floats(TensorMap& tensors, DType dtype);
+
+}  // namespace megatron::checkpoint

@@ -1,0 +1,64 @@
+// Reading and writing Hugging Face model directories (config.json, model.safetensors or an index + shards).
+#include <fstream>
+#include <set>
+
+#include "megatron/checkpoint/hf_convert.h"
+#include "megatron/checkpoint/safetensors.h"
+#include "megatron/core/error.h"
+
+namespace megatron::checkpoint {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+json read_hf_config(const fs::path& dir) {
+  std::ifstream f(dir / "config.json");
+  MEGATRON_CHECK(f.good(), "convert: ", (dir / "config.json").string(), " not found");
+  try {
+    return json::parse(f);
+  } catch (const json::exception& e) {
+    MEGATRON_FAIL("convert: ", (dir / "config.json").string(), " is not valid JSON: ", e.what());
+  }
+}
+
+TensorMap read_hf_weights(const fs::path& dir) {
+  std::vector<fs::path> files;
+  if (fs::exists(dir / "model.safetensors.index.json")) {
+    std::ifstream f(dir / "model.safetensors.index.json");
+    json index = json::parse(f);
+    std::set<std::string> names;
+    for (const auto& [k, v] : index.at("weight_map").items()) names.insert(v.get<std::string>());
+    for (const std::string& n : names) files.push_back(dir / n);
+  } else {
+    MEGATRON_CHECK(fs::exists(dir / "model.safetensors"), "convert: ", dir.string(),
+                   " has neither model.safetensors nor model.safetensors.index.json");
+    files.push_back(dir / "model.safetensors");
+  }
+  TensorMap out;
+  for (const fs::path& p : files) {
+    auto file = SafetensorsFile::open(p);
+    for (const SafetensorsEntry& e : file->entries()) {
+      MEGATRON_CHECK(e.dtype.has_value(), "convert: ", p.string(), ": tensor '", e.name, "' has dtype ", e.file_dtype);
+      HostTensor t;
+      t.dtype = *e.dtype;
+      t.shape = e.shape.dims();
+      auto bytes = file->bytes(e.name);
+      t.bytes.assign(bytes.begin(), bytes.end());
+      out[e.name] = std::move(t);
+    }
+  }
+  return out;
+}
+
+void write_hf_checkpoint(const fs::path& dir, const json& config, const TensorMap& tensors) {
+  fs::create_directories(dir);
+  std::vector<SafetensorsTensor> list;
+  for (const auto& [name, t] : tensors) list.push_back({name, t.dtype, Shape(t.shape), t.bytes.data(), false});
+  std::vector<SafetensorsTensor> ordered;
+  for (size_t i : canonical_order(list)) ordered.push_back(list[i]);
+  write_safetensors(dir / "model.safetensors", ordered, {{"format", "pt"}});
+  std::ofstream f(dir / "config.json");
+  f << config.dump(2) << "\n";
+  MEGATRON_CHECK(f.good(), "convert: cannot write ", (dir / "config.json").string());
+}
+
+}  // namespace megatron::checkpoint

@@ -1,0 +1,351 @@
+// Hugging Face <-> megatron.cpp weight renaming and reshaping (hf_convert.h states the mapping).
+#include <cstring>
+#include <functional>
+#include <set>
+
+#include "megatron/checkpoint/hf_convert.h"
+#include "megatron/core/error.h"
+
+namespace megatron::checkpoint {
+using json = nlohmann::json;
+
+namespace {
+
+// ---- host tensor helpers (dtype-agnostic: rows of bytes) ----
+
+HostTensor make(DType dtype, std::vector<int64_t> shape) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.bytes.assign(size_t(t.numel()) * dtype_size(dtype), std::byte{0});
+  return t;
+}
+
+int64_t rows(const HostTensor& t) { return t.shape.empty() ? 1 : t.shape[0]; }
+size_t row_bytes(const HostTensor& t) { return rows(t) == 0 ? 0 : t.bytes.size() / size_t(rows(t)); }
+
+// Rows [begin, end) of t.
+HostTensor slice_rows(const HostTensor& t, int64_t begin, int64_t end) {
+  std::vector<int64_t> shape = t.shape;
+  shape[0] = end - begin;
+  HostTensor out = make(t.dtype, shape);
+  std::memcpy(out.bytes.data(), t.bytes.data() + size_t(begin) * row_bytes(t), size_t(end - begin) * row_bytes(t));
+  return out;
+}
+
+HostTensor concat_rows(const std::vector<const HostTensor*>& parts) {
+  std::vector<int64_t> shape = parts.front()->shape;
+  shape[0] = 0;
+  for (const HostTensor* p : parts) {
+    MEGATRON_CHECK(p->dtype == parts.front()->dtype && row_bytes(*p) == row_bytes(*parts.front()),
+                   "convert: cannot stack tensors of different dtypes or row widths");
+    shape[0] += rows(*p);
+  }
+  HostTensor out = make(parts.front()->dtype, shape);
+  size_t at = 0;
+  for (const HostTensor* p : parts) {
+    std::memcpy(out.bytes.data() + at, p->bytes.data(), p->bytes.size());
+    at += p->bytes.size();
+  }
+  return out;
+}
+
+HostTensor transpose2d(const HostTensor& t) {
+  MEGATRON_CHECK(t.shape.size() == 2, "convert: transpose of a rank-", t.shape.size(), " tensor");
+  const int64_t r = t.shape[0], c = t.shape[1];
+  const size_t es = dtype_size(t.dtype);
+  HostTensor out = make(t.dtype, {c, r});
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      std::memcpy(out.bytes.data() + size_t(j * r + i) * es, t.bytes.data() + size_t(i * c + j) * es, es);
+  return out;
+}
+
+// Pads (zeros) or truncates dimension 0 to `n` rows.
+HostTensor resize_rows(const HostTensor& t, int64_t n) {
+  std::vector<int64_t> shape = t.shape;
+  shape[0] = n;
+  HostTensor out = make(t.dtype, shape);
+  std::memcpy(out.bytes.data(), t.bytes.data(), std::min(out.bytes.size(), t.bytes.size()));
+  return out;
+}
+
+bool all_zero(const HostTensor& t) {
+  for (std::byte b : t.bytes)
+    if (b != std::byte{0}) return false;
+  return true;
+}
+
+std::string dims_text(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Takes tensors out of a map, remembering which were used, and checks shapes.
+class Source {
+ public:
+  explicit Source(const TensorMap& m, std::string what) : map_(m), what_(std::move(what)) {}
+  bool has(const std::string& name) const { return map_.count(name) != 0; }
+  const HostTensor& take(const std::string& name, const std::vector<int64_t>& shape) {
+    auto it = map_.find(name);
+    MEGATRON_CHECK(it != map_.end(), "convert: the ", what_, " checkpoint has no tensor '", name, "' (expected ",
+                   dims_text(shape), ")");
+    MEGATRON_CHECK(it->second.shape == shape, "convert: ", what_, " tensor '", name, "' is ", dims_text(it->second.shape),
+                   ", expected ", dims_text(shape), " from the configuration");
+    used_.insert(name);
+    return it->second;
+  }
+  // Every tensor not taken, except names matching `ignore`.
+  std::vector<std::string> unused(const std::function<bool(const std::string&)>& ignore) const {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : map_)
+      if (!used_.count(k) && !ignore(k)) out.push_back(k);
+    return out;
+  }
+
+ private:
+  const TensorMap& map_;
+  std::string what_;
+  std::set<std::string> used_;
+};
+
+// q [n*d, ...], k [g*d, ...], v [g*d, ...] -> fused per query group (nn/attention.h).
+HostTensor fuse_qkv(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t n, int64_t g, int64_t d) {
+  const int64_t r = n / g;
+  std::vector<HostTensor> parts;
+  for (int64_t j = 0; j < g; ++j) {
+    parts.push_back(slice_rows(q, j * r * d, (j + 1) * r * d));
+    parts.push_back(slice_rows(k, j * d, (j + 1) * d));
+    parts.push_back(slice_rows(v, j * d, (j + 1) * d));
+  }
+  std::vector<const HostTensor*> ptrs;
+  for (const HostTensor& p : parts) ptrs.push_back(&p);
+  return concat_rows(ptrs);
+}
+
+// The inverse of fuse_qkv.
+void split_qkv(const HostTensor& qkv, int64_t n, int64_t g, int64_t d, HostTensor& q, HostTensor& k, HostTensor& v) {
+  const int64_t r = n / g;
+  std::vector<HostTensor> qs, ks, vs;
+  for (int64_t j = 0; j < g; ++j) {
+    const int64_t base = j * (r + 2) * d;
+    qs.push_back(slice_rows(qkv, base, base + r * d));
+    ks.push_back(slice_rows(qkv, base + r * d, base + (r + 1) * d));
+    vs.push_back(slice_rows(qkv, base + (r + 1) * d, base + (r + 2) * d));
+  }
+  auto cat = [](const std::vector<HostTensor>& v) {
+    std::vector<const HostTensor*> p;
+    for (const HostTensor& t : v) p.push_back(&t);
+    return concat_rows(p);
+  };
+  q = cat(qs);
+  k = cat(ks);
+  v = cat(vs);
+}
+
+}  // namespace
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+TensorMap hf_to_megatron(HfFamily f, const train::ModelArguments& m, int64_t padded_vocab, const TensorMap& hf_in) {
+  // GPT-2 checkpoints saved from GPT2Model lack the "transformer." prefix; accept both.
+  TensorMap hf_prefixed;
+  const TensorMap* hf_ptr = &hf_in;
+  if (f == HfFamily::GPT2 && !hf_in.count("transformer.wte.weight") && hf_in.count("wte.weight")) {
+    for (const auto& [k, v] : hf_in) hf_prefixed["transformer." + k] = v;
+    hf_ptr = &hf_prefixed;
+  }
+  Source hf(*hf_ptr, "Hugging Face");
+  TensorMap out;
+  const int64_t h = m.hidden_size, n = m.num_attention_heads, g = m.num_query_groups, d = m.kv_channels;
+  const int64_t F = m.ffn_hidden_size, V = m.vocab_size;
+  const bool bias = !m.disable_bias_linear;
+  const std::string word = f == HfFamily::GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+  out["embedding.word_embeddings.weight"] = resize_rows(hf.take(word, {V, h}), padded_vocab);
+  const DType dt = out["embedding.word_embeddings.weight"].dtype;
+  auto zeros = [&](int64_t rows_) { return make(dt, {rows_}); };
+  for (int i = 0; i < m.num_layers; ++i) {
+    const std::string ours = "decoder.layers." + std::to_string(i) + ".";
+    if (f == HfFamily::GPT2) {
+      const std::string p = "transformer.h." + std::to_string(i) + ".";
+      out[ours + "input_layernorm.weight"] = hf.take(p + "ln_1.weight", {h});
+      out[ours + "input_layernorm.bias"] = hf.take(p + "ln_1.bias", {h});
+      const HostTensor qkv_t = transpose2d(hf.take(p + "attn.c_attn.weight", {h, 3 * h}));
+      out[ours + "self_attention.linear_qkv.weight"] =
+          fuse_qkv(slice_rows(qkv_t, 0, h), slice_rows(qkv_t, h, 2 * h), slice_rows(qkv_t, 2 * h, 3 * h), n, n, d);
+      const HostTensor& qkv_b = hf.take(p + "attn.c_attn.bias", {3 * h});
+      out[ours + "self_attention.linear_qkv.bias"] =
+          fuse_qkv(slice_rows(qkv_b, 0, h), slice_rows(qkv_b, h, 2 * h), slice_rows(qkv_b, 2 * h, 3 * h), n, n, d);
+      out[ours + "self_attention.linear_proj.weight"] = transpose2d(hf.take(p + "attn.c_proj.weight", {h, h}));
+      out[ours + "self_attention.linear_proj.bias"] = hf.take(p + "attn.c_proj.bias", {h});
+      out[ours + "pre_mlp_layernorm.weight"] = hf.take(p + "ln_2.weight", {h});
+      out[ours + "pre_mlp_layernorm.bias"] = hf.take(p + "ln_2.bias", {h});
+      out[ours + "mlp.linear_fc1.weight"] = transpose2d(hf.take(p + "mlp.c_fc.weight", {h, F}));
+      out[ours + "mlp.linear_fc1.bias"] = hf.take(p + "mlp.c_fc.bias", {F});
+      out[ours + "mlp.linear_fc2.weight"] = transpose2d(hf.take(p + "mlp.c_proj.weight", {F, h}));
+      out[ours + "mlp.linear_fc2.bias"] = hf.take(p + "mlp.c_proj.bias", {h});
+      continue;
+    }
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    out[ours + "input_layernorm.weight"] = hf.take(p + "input_layernorm.weight", {h});
+    out[ours + "pre_mlp_layernorm.weight"] = hf.take(p + "post_attention_layernorm.weight", {h});
+    out[ours + "self_attention.linear_qkv.weight"] =
+        fuse_qkv(hf.take(p + "self_attn.q_proj.weight", {n * d, h}), hf.take(p + "self_attn.k_proj.weight", {g * d, h}),
+                 hf.take(p + "self_attn.v_proj.weight", {g * d, h}), n, g, d);
+    out[ours + "self_attention.linear_proj.weight"] = hf.take(p + "self_attn.o_proj.weight", {h, n * d});
+    out[ours + "mlp.linear_fc1.weight"] =
+        concat_rows({&hf.take(p + "mlp.gate_proj.weight", {F, h}), &hf.take(p + "mlp.up_proj.weight", {F, h})});
+    out[ours + "mlp.linear_fc2.weight"] = hf.take(p + "mlp.down_proj.weight", {h, F});
+    if (bias) {
+      // Biases HF lacks are zero (Qwen2 has only q/k/v biases).
+      auto opt = [&](const std::string& name, int64_t size) {
+        return hf.has(name) ? hf.take(name, {size}) : zeros(size);
+      };
+      out[ours + "self_attention.linear_qkv.bias"] = fuse_qkv(opt(p + "self_attn.q_proj.bias", n * d),
+                                                              opt(p + "self_attn.k_proj.bias", g * d),
+                                                              opt(p + "self_attn.v_proj.bias", g * d), n, g, d);
+      out[ours + "self_attention.linear_proj.bias"] = opt(p + "self_attn.o_proj.bias", h);
+      const HostTensor gate = opt(p + "mlp.gate_proj.bias", F), up = opt(p + "mlp.up_proj.bias", F);
+      out[ours + "mlp.linear_fc1.bias"] = concat_rows({&gate, &up});
+      out[ours + "mlp.linear_fc2.bias"] = opt(p + "mlp.down_proj.bias", h);
+    }
+  }
+  if (f == HfFamily::GPT2) {
+    out["embedding.position_embeddings.weight"] =
+        hf.take("transformer.wpe.weight", {int64_t(m.max_position_embeddings), h});
+    out["decoder.final_layernorm.weight"] = hf.take("transformer.ln_f.weight", {h});
+    out["decoder.final_layernorm.bias"] = hf.take("transformer.ln_f.bias", {h});
+    if (hf.has("lm_head.weight")) hf.take("lm_head.weight", {V, h});  // tied: the same values as wte
+  } else {
+    out["decoder.final_layernorm.weight"] = hf.take("model.norm.weight", {h});
+    if (m.untie_embeddings_and_output_weights)
+      out["output_layer.weight"] = resize_rows(hf.take("lm_head.weight", {V, h}), padded_vocab);
+    else if (hf.has("lm_head.weight"))
+      hf.take("lm_head.weight", {V, h});  // tied checkpoints may still store it
+  }
+  std::vector<std::string> unused = hf.unused([](const std::string& k) {
+    return k.find("rotary_emb.inv_freq") != std::string::npos || k.ends_with(".attn.bias") ||
+           k.ends_with(".attn.masked_bias");
+  });
+  MEGATRON_CHECK(unused.empty(), "convert: the Hugging Face checkpoint holds ", unused.size(),
+                 " tensors this conversion does not use (an unsupported feature?), e.g. '", unused.front(), "'");
+  return out;
+}
+
+TensorMap megatron_to_hf(HfFamily f, const train::ModelArguments& m, const TensorMap& ours_in,
+                         std::vector<std::string>* warnings) {
+  Source ours(ours_in, "megatron.cpp");
+  TensorMap out;
+  const int64_t h = m.hidden_size, n = m.num_attention_heads, g = m.num_query_groups, d = m.kv_channels;
+  const int64_t F = m.ffn_hidden_size, V = m.vocab_size;
+  const bool bias = !m.disable_bias_linear;
+  // Padded rows as stored (the padding depends on the TP the checkpoint was made for).
+  const auto word_it = ours_in.find("embedding.word_embeddings.weight");
+  const int64_t padded = word_it == ours_in.end() || word_it->second.shape.empty() ? V : word_it->second.shape[0];
+  MEGATRON_CHECK(padded >= V, "convert: the embedding has ", padded, " rows, fewer than the vocabulary's ", V);
+  auto drop = [&](const std::string& name, const HostTensor& t) {
+    if (!all_zero(t) && warnings)
+      warnings->push_back(str_cat("'", name, "' is not zero but ", hf_family_name(f), " has no such tensor: dropped"));
+  };
+  const HostTensor& word = ours.take("embedding.word_embeddings.weight", {padded, h});
+  const std::string word_name = f == HfFamily::GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+  out[word_name] = resize_rows(word, V);
+  for (int i = 0; i < m.num_layers; ++i) {
+    const std::string p = "decoder.layers." + std::to_string(i) + ".";
+    const HostTensor& qkv = ours.take(p + "self_attention.linear_qkv.weight", {g * (n / g + 2) * d, h});
+    HostTensor q, k, v;
+    split_qkv(qkv, n, g, d, q, k, v);
+    if (f == HfFamily::GPT2) {
+      const std::string o = "transformer.h." + std::to_string(i) + ".";
+      out[o + "ln_1.weight"] = ours.take(p + "input_layernorm.weight", {h});
+      out[o + "ln_1.bias"] = ours.take(p + "input_layernorm.bias", {h});
+      out[o + "attn.c_attn.weight"] = transpose2d(concat_rows({&q, &k, &v}));
+      HostTensor qb, kb, vb;
+      split_qkv(ours.take(p + "self_attention.linear_qkv.bias", {3 * h}), n, g, d, qb, kb, vb);
+      out[o + "attn.c_attn.bias"] = concat_rows({&qb, &kb, &vb});
+      out[o + "attn.c_proj.weight"] = transpose2d(ours.take(p + "self_attention.linear_proj.weight", {h, h}));
+      out[o + "attn.c_proj.bias"] = ours.take(p + "self_attention.linear_proj.bias", {h});
+      out[o + "ln_2.weight"] = ours.take(p + "pre_mlp_layernorm.weight", {h});
+      out[o + "ln_2.bias"] = ours.take(p + "pre_mlp_layernorm.bias", {h});
+      out[o + "mlp.c_fc.weight"] = transpose2d(ours.take(p + "mlp.linear_fc1.weight", {F, h}));
+      out[o + "mlp.c_fc.bias"] = ours.take(p + "mlp.linear_fc1.bias", {F});
+      out[o + "mlp.c_proj.weight"] = transpose2d(ours.take(p + "mlp.linear_fc2.weight", {h, F}));
+      out[o + "mlp.c_proj.bias"] = ours.take(p + "mlp.linear_fc2.bias", {h});
+      continue;
+    }
+    const std::string o = "model.layers." + std::to_string(i) + ".";
+    out[o + "input_layernorm.weight"] = ours.take(p + "input_layernorm.weight", {h});
+    out[o + "post_attention_layernorm.weight"] = ours.take(p + "pre_mlp_layernorm.weight", {h});
+    out[o + "self_attn.q_proj.weight"] = q;
+    out[o + "self_attn.k_proj.weight"] = k;
+    out[o + "self_attn.v_proj.weight"] = v;
+    out[o + "self_attn.o_proj.weight"] = ours.take(p + "self_attention.linear_proj.weight", {h, n * d});
+    const HostTensor& fc1 = ours.take(p + "mlp.linear_fc1.weight", {2 * F, h});
+    out[o + "mlp.gate_proj.weight"] = slice_rows(fc1, 0, F);
+    out[o + "mlp.up_proj.weight"] = slice_rows(fc1, F, 2 * F);
+    out[o + "mlp.down_proj.weight"] = ours.take(p + "mlp.linear_fc2.weight", {h, F});
+    if (bias) {
+      HostTensor qb, kb, vb;
+      split_qkv(ours.take(p + "self_attention.linear_qkv.bias", {g * (n / g + 2) * d}), n, g, d, qb, kb, vb);
+      const HostTensor& proj_b = ours.take(p + "self_attention.linear_proj.bias", {h});
+      const HostTensor& fc1_b = ours.take(p + "mlp.linear_fc1.bias", {2 * F});
+      const HostTensor& fc2_b = ours.take(p + "mlp.linear_fc2.bias", {h});
+      if (f == HfFamily::Llama) {  // attention_bias and mlp_bias
+        out[o + "self_attn.q_proj.bias"] = qb;
+        out[o + "self_attn.k_proj.bias"] = kb;
+        out[o + "self_attn.v_proj.bias"] = vb;
+        out[o + "self_attn.o_proj.bias"] = proj_b;
+        out[o + "mlp.gate_proj.bias"] = slice_rows(fc1_b, 0, F);
+        out[o + "mlp.up_proj.bias"] = slice_rows(fc1_b, F, 2 * F);
+        out[o + "mlp.down_proj.bias"] = fc2_b;
+      } else if (f == HfFamily::Qwen2) {
+        out[o + "self_attn.q_proj.bias"] = qb;
+        out[o + "self_attn.k_proj.bias"] = kb;
+        out[o + "self_attn.v_proj.bias"] = vb;
+        drop(p + "self_attention.linear_proj.bias", proj_b);
+        drop(p + "mlp.linear_fc1.bias", fc1_b);
+        drop(p + "mlp.linear_fc2.bias", fc2_b);
+      } else {
+        for (const auto* t : {&qb, &kb, &vb}) drop(p + "self_attention.linear_qkv.bias", *t);
+        drop(p + "self_attention.linear_proj.bias", proj_b);
+        drop(p + "mlp.linear_fc1.bias", fc1_b);
+        drop(p + "mlp.linear_fc2.bias", fc2_b);
+      }
+    }
+  }
+  if (f == HfFamily::GPT2) {
+    out["transformer.wpe.weight"] = ours.take("embedding.position_embeddings.weight", {int64_t(m.max_position_embeddings), h});
+    out["transformer.ln_f.weight"] = ours.take("decoder.final_layernorm.weight", {h});
+    out["transformer.ln_f.bias"] = ours.take("decoder.final_layernorm.bias", {h});
+  } else {
+    out["model.norm.weight"] = ours.take("decoder.final_layernorm.weight", {h});
+    if (m.untie_embeddings_and_output_weights)
+      out["lm_head.weight"] = resize_rows(ours.take("output_layer.weight", {padded, h}), V);
+  }
+  std::vector<std::string> unused = ours.unused([](const std::string& k) { return k.rfind("optimizer.", 0) == 0; });
+  MEGATRON_CHECK(unused.empty(), "convert: ", unused.size(), " tensors of the megatron.cpp checkpoint have no ",
+                 hf_family_name(f), " counterpart, e.g. '", unused.front(), "'");
+  return out;
+}
+
+void cast_floats(TensorMap& tensors, DType dtype) {
+  for (auto& [name, t] : tensors) {
+    if (!is_floating(t.dtype) || t.dtype == dtype) continue;
+    HostTensor c = make(dtype, t.shape);
+    visit_dtype(dtype, [&]<class D>() {
+      visit_dtype(t.dtype, [&]<class S>() {
+        const S* s = reinterpret_cast<const S*>(t.bytes.data());
+        D* d = reinterpret_cast<D*>(c.bytes.data());
+        for (int64_t i = 0; i < t.numel(); ++i) d[i] = from_double<D>(to_double(s[i]));
+      });
+    });
+    t = std::move(c);
+  }
+}
+
+}  // namespace megatron::checkpoint

@@ -1,0 +1,30 @@
+#include "megatron/checkpoint/model_loader.h"
+
+#include "megatron/checkpoint/shard_reader.h"
+#include "megatron/checkpoint/training_checkpoint.h"
+#include "megatron/core/error.h"
+
+namespace megatron::checkpoint {
+
+LoadedModel load_model(Context& ctx, const std::filesystem::path& checkpoint, DType dtype) {
+  CheckpointReader reader = CheckpointReader::open(checkpoint);
+  const nlohmann::json& state = reader.state();
+  train::ModelArguments args = model_arguments_from_state(state);
+  args.hidden_dropout = 0;
+  args.attention_dropout = 0;
+  uint64_t seed = 1234;
+  if (state.contains("rng") && state["rng"].contains("seed")) seed = state["rng"]["seed"].get<uint64_t>();
+  nn::ModelConfig config = nn::make_model_config(args, dtype, seed);
+  if (state.contains("args") && state["args"].contains("padded_vocab_size"))
+    config.padded_vocab_size = std::stoll(state["args"]["padded_vocab_size"].get<std::string>());
+  LoadedModel out;
+  out.model = std::make_unique<nn::GPTModel>(ctx, config);
+  out.iteration = reader.iteration();
+  out.vocab_size = args.vocab_size;
+  for (nn::Parameter* p : out.model->parameters())
+    reader.load(ctx, whole_tensor(p->name, p->value.shape().dims(), p->value.dtype()), p->value);
+  ctx.synchronize();
+  return out;
+}
+
+}  // namespace megatron::checkpoint

@@ -1,0 +1,85 @@
+// Saving a sharded checkpoint, in three steps that map onto ranks:
+//
+//   1. snapshot (every rank, on the training thread): copy this rank's replica-0 pieces to host memory
+//      (pinned buffers for CUDA tensors, plain host copies for CPU ones), so training may go on and change
+//      the originals. Cheap: one device-to-host copy per piece, one synchronisation.
+//   2. write_rank_file (every rank, possibly on a background thread): one safetensors file per rank,
+//      rank_<rank>.safetensors, in the temporary iteration directory, fsynced; returns what it wrote
+//      (pieces with file, name, bytes and CRC-32C).
+//   3. publish (rank 0, after gathering every rank's pieces): metadata.json (fsynced), then the
+//      checkpoint_dir.h protocol: rename the directory into place, update the tracker, apply retention.
+// With several ranks the caller puts a barrier between 2 and 3 and gathers the SavedPiece lists to rank 0
+// (ParallelContext, issue 5); at world size 1 save_checkpoint() runs the three in a row.
+//
+// Fault injection: SaveHooks::at_stage(stage) is called at each named point; a test throws (or blocks, and
+// kills the process) there to check that the previous checkpoint stays loadable.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "megatron/checkpoint/checkpoint_metadata.h"
+#include "megatron/runtime/context.h"
+
+namespace megatron::checkpoint {
+
+// One piece to save: where it sits in the global tensor, and the local data (any device, contiguous, the
+// spec's dtype and numel).
+struct SaveItem {
+  ShardSpec spec;
+  Tensor data;
+};
+
+// Host copies of one rank's pieces, owned by the snapshot.
+struct HostSnapshot {
+  int rank = 0;
+  std::vector<ShardSpec> specs;
+  std::vector<Tensor> host;  // CPU tensors (pinned when the source was on CUDA)
+};
+
+// Stages at which SaveHooks::at_stage is called, in order.
+inline constexpr const char* kStageTemporaryDirectoryReady = "temporary_directory_ready";
+inline constexpr const char* kStageRankFileWritten = "rank_file_written";
+inline constexpr const char* kStageMetadataWritten = "metadata_written";
+inline constexpr const char* kStagePublished = "published";  // renamed into place, tracker not yet updated
+
+struct SaveHooks {
+  std::function<void(const std::string& stage)> at_stage;
+  void operator()(const std::string& stage) const {
+    if (at_stage) at_stage(stage);
+  }
+};
+
+struct SaveOptions {
+  int keep_last = 0;          // --keep-last: 0 keeps every checkpoint
+  SaveHooks hooks;
+  bool release = false;       // <root>/release and tracker "release" (converted models; loaded as --finetune)
+};
+
+// Step 1. Replicas (replica_id > 0) are dropped here. `copy_cpu_tensors` false borrows CPU tensors instead
+// of copying them (a synchronous save, where nothing changes them before the write).
+HostSnapshot snapshot(Context& ctx, int rank, const std::vector<SaveItem>& items, bool copy_cpu_tensors);
+
+// Creates (empty) the temporary directory of `iteration` under root (rank 0, before any rank writes).
+std::filesystem::path prepare_save_directory(const std::filesystem::path& root, int64_t iteration,
+                                             const SaveHooks& hooks = {}, bool release = false);
+// Step 2.
+std::vector<SavedPiece> write_rank_file(const std::filesystem::path& tmp_dir, const HostSnapshot& snap,
+                                        int64_t iteration, const SaveHooks& hooks = {});
+// Step 3.
+void publish_checkpoint(const std::filesystem::path& root, int64_t iteration, const std::vector<SavedPiece>& pieces,
+                        const nlohmann::json& state, const SaveOptions& options = {});
+
+// Steps 2 and 3 for one rank (world size 1), from a snapshot: what the async saver runs in the background.
+void write_checkpoint(const std::filesystem::path& root, int64_t iteration, const HostSnapshot& snap,
+                      const nlohmann::json& state, const SaveOptions& options = {});
+
+// All three steps at world size 1.
+void save_checkpoint(Context& ctx, const std::filesystem::path& root, int64_t iteration,
+                     const std::vector<SaveItem>& items, const nlohmann::json& state = nlohmann::json::object(),
+                     const SaveOptions& options = {});
+
+}  // namespace megatron::checkpoint

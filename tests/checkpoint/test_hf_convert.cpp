@@ -1,0 +1,249 @@
+// Hugging Face conversion without Python: HF-named tensors made here (Llama with GQA and untied output,
+// Mistral, Qwen2 with q/k/v biases and tied embeddings, GPT-2 with Conv1D weights), imported into a
+// megatron.cpp checkpoint and exported back, give byte-identical tensors; the fused QKV rows and fc1 = [gate;
+// up] follow Megatron's layout; unsupported configurations and stray tensors are refused by name.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "harness.h"
+#include "megatron/checkpoint/hf_checkpoint.h"
+#include "megatron/checkpoint/safetensors.h"
+#include "megatron/checkpoint/shard_reader.h"
+
+namespace megatron::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+HostTensor random_tensor(std::vector<int64_t> shape, DType dtype, uint64_t seed) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.bytes.resize(size_t(t.numel()) * dtype_size(dtype));
+  Tensor view = Tensor::from_blob(t.bytes.data(), Shape(t.shape), dtype, Device::cpu());
+  testing::fill_random(view, seed, -1.0, 1.0);
+  return t;
+}
+
+json llama_config(const std::string& type, bool tied, int kv_heads) {
+  return {{"model_type", type},         {"hidden_size", 32},        {"intermediate_size", 48},
+          {"num_attention_heads", 4},   {"num_key_value_heads", kv_heads}, {"num_hidden_layers", 2},
+          {"rms_norm_eps", 1e-5},       {"rope_theta", 50000.0},    {"vocab_size", 100},
+          {"max_position_embeddings", 64}, {"tie_word_embeddings", tied}, {"hidden_act", "silu"},
+          {"bos_token_id", 1},          {"eos_token_id", 2}};
+}
+
+json gpt2_config() {
+  return {{"model_type", "gpt2"}, {"n_embd", 32},      {"n_layer", 2},           {"n_head", 4},
+          {"n_positions", 40},    {"vocab_size", 90},  {"layer_norm_epsilon", 1e-5}, {"activation_function", "gelu_new"},
+          {"n_inner", nullptr},   {"bos_token_id", 89}, {"eos_token_id", 89}};
+}
+
+// HF-named tensors for a config (what transformers' save_pretrained would hold).
+TensorMap hf_tensors(const json& c, DType dtype) {
+  TensorMap t;
+  uint64_t seed = 1;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) { t[name] = random_tensor(shape, dtype, seed++); };
+  if (c["model_type"] == "gpt2") {
+    const int64_t h = c["n_embd"], V = c["vocab_size"], P = c["n_positions"], F = 4 * h;
+    add("transformer.wte.weight", {V, h});
+    add("transformer.wpe.weight", {P, h});
+    for (int i = 0; i < int(c["n_layer"]); ++i) {
+      const std::string p = "transformer.h." + std::to_string(i) + ".";
+      add(p + "ln_1.weight", {h});
+      add(p + "ln_1.bias", {h});
+      add(p + "attn.c_attn.weight", {h, 3 * h});
+      add(p + "attn.c_attn.bias", {3 * h});
+      add(p + "attn.c_proj.weight", {h, h});
+      add(p + "attn.c_proj.bias", {h});
+      add(p + "ln_2.weight", {h});
+      add(p + "ln_2.bias", {h});
+      add(p + "mlp.c_fc.weight", {h, F});
+      add(p + "mlp.c_fc.bias", {F});
+      add(p + "mlp.c_proj.weight", {F, h});
+      add(p + "mlp.c_proj.bias", {h});
+    }
+    add("transformer.ln_f.weight", {h});
+    add("transformer.ln_f.bias", {h});
+    return t;
+  }
+  const int64_t h = c["hidden_size"], n = c["num_attention_heads"], g = c["num_key_value_heads"], d = h / n;
+  const int64_t F = c["intermediate_size"], V = c["vocab_size"];
+  const bool qkv_bias = c["model_type"] == "qwen2";
+  add("model.embed_tokens.weight", {V, h});
+  for (int i = 0; i < int(c["num_hidden_layers"]); ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", {h});
+    add(p + "post_attention_layernorm.weight", {h});
+    add(p + "self_attn.q_proj.weight", {n * d, h});
+    add(p + "self_attn.k_proj.weight", {g * d, h});
+    add(p + "self_attn.v_proj.weight", {g * d, h});
+    add(p + "self_attn.o_proj.weight", {h, n * d});
+    if (qkv_bias) {
+      add(p + "self_attn.q_proj.bias", {n * d});
+      add(p + "self_attn.k_proj.bias", {g * d});
+      add(p + "self_attn.v_proj.bias", {g * d});
+    }
+    add(p + "mlp.gate_proj.weight", {F, h});
+    add(p + "mlp.up_proj.weight", {F, h});
+    add(p + "mlp.down_proj.weight", {h, F});
+  }
+  add("model.norm.weight", {h});
+  if (!c["tie_word_embeddings"].get<bool>()) add("lm_head.weight", {V, h});
+  return t;
+}
+
+void write_hf_dir(const fs::path& dir, const json& config, const TensorMap& t) { write_hf_checkpoint(dir, config, t); }
+
+struct RoundTripCase {
+  std::string name;
+  json config;
+  DType dtype;
+};
+
+class HfRoundTrip : public ::testing::TestWithParam<RoundTripCase> {};
+
+TEST_P(HfRoundTrip, ImportThenExportGivesIdenticalBytes) {
+  const RoundTripCase& c = GetParam();
+  fs::path dir = testing::make_temp_dir("hf_rt_" + c.name);
+  const TensorMap original = hf_tensors(c.config, c.dtype);
+  write_hf_dir(dir / "hf", c.config, original);
+  ImportSummary in = import_hf_checkpoint(dir / "hf", dir / "ours", 2);
+  EXPECT_EQ(in.padded_vocab, 256) << "vocab padded to a multiple of 128 x TP 2";
+  CheckpointReader r = CheckpointReader::open(dir / "ours");
+  EXPECT_TRUE(r.is_release());
+  EXPECT_EQ(r.state()["converted_from"]["target_tensor_parallel_size"], 2);
+  EXPECT_EQ(r.tensor("embedding.word_embeddings.weight").global_shape[0], 256);
+
+  ExportSummary out = export_hf_checkpoint(dir / "ours", dir / "back");
+  EXPECT_TRUE(out.warnings.empty());
+  EXPECT_EQ(hf_family_name(out.family), c.config["model_type"].get<std::string>());
+  const TensorMap back = read_hf_weights(dir / "back");
+  ASSERT_EQ(back.size(), original.size());
+  for (const auto& [name, t] : original) {
+    ASSERT_TRUE(back.count(name)) << name;
+    EXPECT_EQ(back.at(name).shape, t.shape) << name;
+    EXPECT_EQ(back.at(name).dtype, t.dtype) << name;
+    EXPECT_TRUE(back.at(name).bytes == t.bytes) << name << " differs after the round trip";
+  }
+  // The tensor files are byte-identical too (same writer, same canonical order).
+  auto slurp = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  EXPECT_EQ(slurp(dir / "back" / "model.safetensors"), slurp(dir / "hf" / "model.safetensors"));
+  const json config = read_hf_config(dir / "back");
+  for (const auto& [k, v] : c.config.items())
+    if (!v.is_null()) {
+      EXPECT_EQ(config[k], v) << "config.json field " << k;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, HfRoundTrip,
+    ::testing::Values(RoundTripCase{"llama_gqa_untied_bf16", llama_config("llama", false, 2), DType::BF16},
+                      RoundTripCase{"mistral_mqa_f32", llama_config("mistral", false, 1), DType::F32},
+                      RoundTripCase{"qwen2_tied_qkv_bias", llama_config("qwen2", true, 2), DType::BF16},
+                      RoundTripCase{"gpt2", gpt2_config(), DType::F32}),
+    [](const auto& info) { return info.param.name; });
+
+// Element [row, 0] of a tensor whose rows were tagged with their source.
+float first_of_row(const HostTensor& t, int64_t row) {
+  return reinterpret_cast<const float*>(t.bytes.data())[row * (t.shape.size() > 1 ? t.shape[1] : 1)];
+}
+
+TEST(HfConvert, FusedQkvAndSwigluFollowMegatronsLayout) {
+  json c = llama_config("llama", false, 2);  // 4 heads, 2 groups, d = 8
+  TensorMap hf = hf_tensors(c, DType::F32);
+  // Tag every row: q head k row r -> 1000 + 100 k + r; k group j -> 200 + 10 j + r; v -> 300 + ...; gate 400 + r, up 500 + r.
+  auto tag = [&](const std::string& name, auto value_of_row) {
+    HostTensor& t = hf.at(name);
+    float* p = reinterpret_cast<float*>(t.bytes.data());
+    for (int64_t r = 0; r < t.shape[0]; ++r)
+      for (int64_t j = 0; j < t.shape[1]; ++j) p[r * t.shape[1] + j] = value_of_row(r);
+  };
+  tag("model.layers.0.self_attn.q_proj.weight", [](int64_t r) { return float(1000 + 100 * (r / 8) + r % 8); });
+  tag("model.layers.0.self_attn.k_proj.weight", [](int64_t r) { return float(200 + 10 * (r / 8) + r % 8); });
+  tag("model.layers.0.self_attn.v_proj.weight", [](int64_t r) { return float(300 + 10 * (r / 8) + r % 8); });
+  tag("model.layers.0.mlp.gate_proj.weight", [](int64_t r) { return float(400 + r); });
+  tag("model.layers.0.mlp.up_proj.weight", [](int64_t r) { return float(500 + r); });
+  train::ModelArguments m = model_arguments_from_hf(c);
+  EXPECT_EQ(m.num_query_groups, 2);
+  EXPECT_EQ(m.kv_channels, 8);
+  EXPECT_TRUE(m.swiglu);
+  EXPECT_EQ(m.normalization, "RMSNorm");
+  EXPECT_EQ(m.rotary_base, 50000.0);
+  EXPECT_TRUE(m.untie_embeddings_and_output_weights);
+  EXPECT_TRUE(m.disable_bias_linear);
+  TensorMap ours = hf_to_megatron(HfFamily::Llama, m, 128, hf);
+  const HostTensor& qkv = ours.at("decoder.layers.0.self_attention.linear_qkv.weight");
+  ASSERT_EQ(qkv.shape, (std::vector<int64_t>{2 * (2 + 2) * 8, 32}));
+  // Group 0: q heads 0, 1; k 0; v 0.  Group 1: q heads 2, 3; k 1; v 1 (8 rows each).
+  const float want[8] = {1000, 1100, 200, 300, 1200, 1300, 210, 310};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(first_of_row(qkv, 8 * i), want[i]) << "block " << i;
+  EXPECT_EQ(first_of_row(qkv, 9), 1101.0f);  // q head 1, row 1
+  const HostTensor& fc1 = ours.at("decoder.layers.0.mlp.linear_fc1.weight");
+  EXPECT_EQ(first_of_row(fc1, 0), 400.0f);
+  EXPECT_EQ(first_of_row(fc1, 47), 447.0f);
+  EXPECT_EQ(first_of_row(fc1, 48), 500.0f);
+  // The embedding is padded with zero rows to 128.
+  const HostTensor& emb = ours.at("embedding.word_embeddings.weight");
+  EXPECT_EQ(emb.shape[0], 128);
+  EXPECT_EQ(first_of_row(emb, 127), 0.0f);
+}
+
+TEST(HfConvert, Gpt2Conv1DWeightsAreTransposedAndCAttnSplit) {
+  json c = gpt2_config();
+  TensorMap hf = hf_tensors(c, DType::F32);
+  HostTensor& w = hf.at("transformer.h.0.attn.c_attn.weight");  // [h, 3h]: column j of q/k/v
+  float* p = reinterpret_cast<float*>(w.bytes.data());
+  for (int64_t i = 0; i < 32; ++i)
+    for (int64_t j = 0; j < 96; ++j) p[i * 96 + j] = float(j * 1000 + i);
+  train::ModelArguments m = model_arguments_from_hf(c);
+  EXPECT_EQ(m.ffn_hidden_size, 128);
+  EXPECT_EQ(m.position_embedding_type, "learned_absolute");
+  EXPECT_FALSE(m.untie_embeddings_and_output_weights);
+  TensorMap ours = hf_to_megatron(HfFamily::GPT2, m, 128, hf);
+  const HostTensor& qkv = ours.at("decoder.layers.0.self_attention.linear_qkv.weight");  // [3h, h]
+  const float* q = reinterpret_cast<const float*>(qkv.bytes.data());
+  // Head 1's rows (group 1 = head 1): q columns 8..15, k columns 32+8.., v columns 64+8..
+  EXPECT_EQ(q[(24 + 0) * 32 + 5], float(8 * 1000 + 5));
+  EXPECT_EQ(q[(24 + 8) * 32 + 5], float((32 + 8) * 1000 + 5));
+  EXPECT_EQ(q[(24 + 16) * 32 + 5], float((64 + 8) * 1000 + 5));
+}
+
+TEST(HfConvert, RefusesWhatItCannotRepresent) {
+  json c = llama_config("llama", false, 2);
+  c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  testing::expect_error([&] { model_arguments_from_hf(c); }, {"RoPE scaling 'llama3'"});
+  c = llama_config("llama", false, 2);
+  c["hidden_act"] = "gelu";
+  testing::expect_error([&] { model_arguments_from_hf(c); }, {"hidden_act 'gelu'"});
+  c["model_type"] = "bert";
+  testing::expect_error([&] { model_arguments_from_hf(c); }, {"model type 'bert' is not supported"});
+  c = llama_config("llama", false, 2);
+  TensorMap hf = hf_tensors(c, DType::F32);
+  hf["model.layers.0.self_attn.q_norm.weight"] = random_tensor({8}, DType::F32, 9);
+  testing::expect_error([&] { hf_to_megatron(HfFamily::Llama, model_arguments_from_hf(c), 128, hf); },
+                        {"does not use", "q_norm"});
+  hf.erase("model.layers.0.self_attn.q_norm.weight");
+  hf.erase("model.layers.1.mlp.up_proj.weight");
+  testing::expect_error([&] { hf_to_megatron(HfFamily::Llama, model_arguments_from_hf(c), 128, hf); },
+                        {"no tensor 'model.layers.1.mlp.up_proj.weight'", "[48, 32]"});
+}
+
+TEST(HfConvert, Qwen2ExportWarnsAboutBiasesItCannotHold) {
+  json c = llama_config("qwen2", true, 2);
+  TensorMap ours = hf_to_megatron(HfFamily::Qwen2, model_arguments_from_hf(c), 128, hf_tensors(c, DType::F32));
+  float* b = reinterpret_cast<float*>(ours.at("decoder.layers.1.mlp.linear_fc2.bias").bytes.data());
+  b[3] = 0.5f;  // learned after the import
+  std::vector<std::string> warnings;
+  megatron_to_hf(HfFamily::Qwen2, model_arguments_from_hf(c), ours, &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("decoder.layers.1.mlp.linear_fc2.bias"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace megatron::checkpoint

@@ -1,0 +1,85 @@
+// convert_checkpoint: Hugging Face <-> megatron.cpp checkpoints (Llama 2/3, Mistral, Qwen2, GPT-2).
+//
+//   convert_checkpoint --direction hf-to-megatron --load-dir <hf model dir> --save-dir <checkpoint root>
+//       [--target-tensor-parallel-size N] [--dtype bf16|fp32]
+//   convert_checkpoint --direction megatron-to-hf --load-dir <checkpoint root> --save-dir <hf model dir>
+//       [--hf-model-type llama|mistral|qwen2|gpt2] [--dtype bf16|fp32]
+//
+// The imported checkpoint is a "release" (pretrain_gpt --load fine-tunes from it at iteration 0; generate
+// samples from it). Tensors are global, so --target-tensor-parallel-size only sets the vocabulary padding
+// (Megatron's make_vocab_size_divisible_by x TP) and is recorded; a later run at that TP shards at load time.
+// Tokenizer files are not converted: point --tokenizer-* flags at the HF directory's files.
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "megatron/checkpoint/hf_checkpoint.h"
+#include "megatron/core/error.h"
+
+using namespace megatron;
+
+namespace {
+
+const char* kUsage =
+    "usage: convert_checkpoint --direction hf-to-megatron|megatron-to-hf --load-dir DIR --save-dir DIR\n"
+    "                          [--target-tensor-parallel-size N] [--hf-model-type llama|mistral|qwen2|gpt2]\n"
+    "                          [--dtype bf16|fp32]\n";
+
+int run(int argc, char** argv) {
+  std::map<std::string, std::string> flags;
+  const std::map<std::string, bool> known = {{"--direction", true},     {"--load-dir", true},
+                                             {"--save-dir", true},      {"--target-tensor-parallel-size", true},
+                                             {"--hf-model-type", true}, {"--dtype", true}};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+    MEGATRON_CHECK(known.count(a), "unknown flag '", a, "'\n", kUsage);
+    MEGATRON_CHECK(i + 1 < argc, a, " needs a value");
+    flags[a] = argv[++i];
+  }
+  for (const char* required : {"--direction", "--load-dir", "--save-dir"})
+    MEGATRON_CHECK(flags.count(required), required, " is required\n", kUsage);
+  std::optional<DType> dtype;
+  if (flags.count("--dtype")) {
+    const std::string d = flags["--dtype"];
+    MEGATRON_CHECK(d == "bf16" || d == "fp32", "--dtype '", d, "' must be bf16 or fp32");
+    dtype = d == "bf16" ? DType::BF16 : DType::F32;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string direction = flags["--direction"];
+  if (direction == "hf-to-megatron") {
+    const int tp = flags.count("--target-tensor-parallel-size") ? std::stoi(flags["--target-tensor-parallel-size"]) : 1;
+    checkpoint::ImportSummary s = checkpoint::import_hf_checkpoint(flags["--load-dir"], flags["--save-dir"], tp, dtype);
+    std::cout << "converted " << checkpoint::hf_family_name(s.family) << " (" << s.args.num_layers << " layers, hidden "
+              << s.args.hidden_size << ", heads " << s.args.num_attention_heads << ", query groups "
+              << s.args.num_query_groups << ", vocab " << s.args.vocab_size << " padded to " << s.padded_vocab
+              << ") into " << s.tensors << " tensors at " << flags["--save-dir"] << "/release";
+  } else if (direction == "megatron-to-hf") {
+    std::optional<checkpoint::HfFamily> family;
+    if (flags.count("--hf-model-type")) family = checkpoint::parse_hf_family(flags["--hf-model-type"]);
+    checkpoint::ExportSummary s = checkpoint::export_hf_checkpoint(flags["--load-dir"], flags["--save-dir"], family, dtype);
+    for (const std::string& w : s.warnings) std::cout << "WARNING: " << w << "\n";
+    std::cout << "exported " << s.tensors << " tensors as " << checkpoint::hf_family_name(s.family) << " to "
+              << flags["--save-dir"] << " (model.safetensors, config.json)";
+  } else {
+    MEGATRON_FAIL("--direction '", direction, "' must be hf-to-megatron or megatron-to-hf");
+  }
+  std::cout << " in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "convert_checkpoint: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,165 @@
+// generate: sample text from a megatron.cpp checkpoint (trained, or converted from Hugging Face).
+//
+//   generate --load <checkpoint root> --tokenizer-type GPT2BPETokenizer --vocab-file vocab.json
+//       --merge-file merges.txt --prompt "Once upon a time" [--max-new-tokens 64] [--temperature 0.8]
+//       [--top-k 40] [--top-p 0.95] [--seed 1234] [--greedy] [--num-samples 1] [--device auto|cpu|cuda]
+//       [--ignore-eos]
+//
+// The prompt is encoded, run through the model once (prefill), then one token per step with the key/value
+// cache; sampling per inference/sampler.h; generation stops at --max-new-tokens or at the tokenizer's
+// end-of-document token. Without a tokenizer (builds without PCRE2), --prompt-ids "1 2 3" gives the prompt as
+// ids and the output is ids. On CUDA the model runs in bf16 (its fused attention needs it), on the CPU in fp32.
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#if MEGATRON_WITH_TOKENIZERS
+#include "megatron/data/tokenizers/tokenizer.h"
+#endif
+#include "megatron/checkpoint/model_loader.h"
+#include "megatron/core/error.h"
+#include "megatron/inference/gpt_inference.h"
+#include "megatron/inference/sampler.h"
+
+using namespace megatron;
+
+namespace {
+
+const char* kUsage =
+    "usage: generate --load DIR (--prompt TEXT --tokenizer-type T [--vocab-file F --merge-file F | --tokenizer-model F]\n"
+    "                | --prompt-ids \"ID ID ...\") [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
+    "                [--seed S] [--greedy] [--num-samples N] [--device auto|cpu|cuda] [--ignore-eos]\n";
+
+int run(int argc, char** argv) {
+  std::map<std::string, std::string> f;
+  const std::map<std::string, bool> takes_value = {
+      {"--load", true},        {"--prompt", true},       {"--prompt-ids", true},     {"--tokenizer-type", true},
+      {"--vocab-file", true},  {"--merge-file", true},   {"--tokenizer-model", true}, {"--vocab-size", true},
+      {"--max-new-tokens", true}, {"--temperature", true}, {"--top-k", true},        {"--top-p", true},
+      {"--seed", true},        {"--num-samples", true},  {"--device", true},         {"--greedy", false},
+      {"--ignore-eos", false}};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+    auto it = takes_value.find(a);
+    MEGATRON_CHECK(it != takes_value.end(), "unknown flag '", a, "'\n", kUsage);
+    if (it->second) {
+      MEGATRON_CHECK(i + 1 < argc, a, " needs a value");
+      f[a] = argv[++i];
+    } else {
+      f.emplace(a, std::string());  // a switch: present
+    }
+  }
+  MEGATRON_CHECK(f.count("--load"), "--load is required\n", kUsage);
+  MEGATRON_CHECK(f.count("--prompt") != f.count("--prompt-ids"), "give exactly one of --prompt and --prompt-ids\n", kUsage);
+  inference::SamplingOptions sampling;
+  sampling.temperature = f.count("--greedy") ? 0.0 : (f.count("--temperature") ? std::stod(f["--temperature"]) : 1.0);
+  sampling.top_k = f.count("--top-k") ? std::stoll(f["--top-k"]) : 0;
+  sampling.top_p = f.count("--top-p") ? std::stod(f["--top-p"]) : 1.0;
+  sampling.seed = f.count("--seed") ? std::stoull(f["--seed"]) : 1234;
+  inference::validate(sampling);
+  const int64_t max_new = f.count("--max-new-tokens") ? std::stoll(f["--max-new-tokens"]) : 64;
+  const int64_t samples = f.count("--num-samples") ? std::stoll(f["--num-samples"]) : 1;
+  MEGATRON_CHECK(max_new > 0 && samples > 0, "--max-new-tokens and --num-samples must be positive");
+
+  // Prompt ids.
+  std::vector<int32_t> prompt;
+  int32_t eod = -1;
+#if MEGATRON_WITH_TOKENIZERS
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  if (f.count("--tokenizer-type")) {
+    data::TokenizerConfig tc;
+    tc.type = f["--tokenizer-type"];
+    tc.vocab_file = f["--vocab-file"];
+    tc.merge_file = f["--merge-file"];
+    tc.tokenizer_model = f["--tokenizer-model"];
+    if (f.count("--vocab-size")) tc.vocab_size = std::stoll(f["--vocab-size"]);
+    tokenizer = data::make_tokenizer(tc);
+    eod = tokenizer->eod();
+  }
+  if (f.count("--prompt")) {
+    MEGATRON_CHECK(tokenizer != nullptr, "--prompt needs --tokenizer-type (and its files)");
+    prompt = tokenizer->encode(f["--prompt"]);
+  }
+#else
+  MEGATRON_CHECK(!f.count("--prompt"), "--prompt needs a build with tokenizers (PCRE2); use --prompt-ids");
+#endif
+  if (f.count("--prompt-ids")) {
+    std::istringstream in(f["--prompt-ids"]);
+    for (int64_t id; in >> id;) prompt.push_back(int32_t(id));
+  }
+  MEGATRON_CHECK(!prompt.empty(), "the prompt is empty");
+
+  const std::string device = f.count("--device") ? f["--device"] : "auto";
+  const bool cuda = device == "cuda" || (device == "auto" && cuda_device_count() > 0);
+  auto ctx = Context::create(cuda ? Device::cuda(0) : Device::cpu());
+  const auto t0 = std::chrono::steady_clock::now();
+  checkpoint::LoadedModel loaded = checkpoint::load_model(*ctx, f["--load"], cuda ? DType::BF16 : DType::F32);
+  const nn::ModelConfig& config = loaded.model->config();
+  for (int32_t id : prompt)
+    MEGATRON_CHECK(id >= 0 && id < loaded.vocab_size, "prompt id ", id, " is outside the model's vocabulary of ",
+                   loaded.vocab_size);
+  int64_t max_length = int64_t(prompt.size()) + max_new;
+  if (config.position_embedding() == nn::PositionEmbedding::LearnedAbsolute)
+    max_length = std::min<int64_t>(max_length, config.args.max_position_embeddings);
+  MEGATRON_CHECK(int64_t(prompt.size()) < max_length, "the prompt (", prompt.size(),
+                 " tokens) leaves no room in the model's ", config.args.max_position_embeddings, " positions");
+  std::cerr << "loaded " << f["--load"] << " (iteration " << loaded.iteration << ", "
+            << nn::count_elements(loaded.model->parameters()) << " parameters) on " << ctx->device() << " in "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+
+  CpuAllocator host;
+  for (int64_t sample = 0; sample < samples; ++sample) {
+    inference::GPTInference engine(*ctx, *loaded.model, 1, max_length);
+    Tensor input = Tensor::empty(Shape{1, int64_t(prompt.size())}, DType::I64, host);
+    for (size_t i = 0; i < prompt.size(); ++i) input.data<int64_t>()[i] = prompt[i];
+    std::vector<int32_t> generated;
+    const auto g0 = std::chrono::steady_clock::now();
+    uint64_t step = uint64_t(sample) << 32;
+    while (engine.length() < max_length) {
+      Tensor logits = engine.forward(*ctx, input);  // [1, S, padded V]
+      const int64_t S = logits.dim(1), V = logits.dim(2);
+      std::vector<float> last(static_cast<size_t>(V));
+      copy_tensor(*ctx, Tensor::from_blob(last.data(), {V}, DType::F32, Device::cpu()),
+                  logits.view({S, V}).select(S - 1));
+      const int64_t next = inference::pick(last, loaded.vocab_size, step++, sampling);
+      if (next == eod && !f.count("--ignore-eos")) break;
+      generated.push_back(int32_t(next));
+      if (int64_t(generated.size()) >= max_new) break;
+      input = Tensor::empty(Shape{1, 1}, DType::I64, host);
+      input.data<int64_t>()[0] = next;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count();
+    if (samples > 1) std::cout << "--- sample " << sample + 1 << " ---\n";
+#if MEGATRON_WITH_TOKENIZERS
+    if (tokenizer) {
+      std::vector<int32_t> all = prompt;
+      all.insert(all.end(), generated.begin(), generated.end());
+      std::cout << tokenizer->decode(all) << "\n";
+    } else
+#endif
+    {
+      for (int32_t id : generated) std::cout << id << " ";
+      std::cout << "\n";
+    }
+    std::cerr << generated.size() << " tokens in " << seconds << " s (" << double(generated.size()) / seconds
+              << " tokens/s)\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "generate: error: " << e.what() << "\n";
+    return 1;
+  }
+}
