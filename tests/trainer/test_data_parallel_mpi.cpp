@@ -13,6 +13,9 @@
 #include "megatron/train/flags.h"
 #include "megatron/trainer/trainer.h"
 #include "mpi_world.h"
+#if MEGATRON_WITH_NCCL
+#include "megatron/comm/nccl_communicator.h"
+#endif
 
 namespace megatron::trainer {
 namespace {
@@ -41,9 +44,11 @@ struct TrainedRun {
   size_t optimizer_state_bytes = 0;
 };
 
-TrainedRun train(const train::Arguments& a, const parallel::ParallelContext& pc, const TrainingData& data) {
-  auto ctx = Context::cpu();
-  nn::GPTModel model(*ctx, nn::make_model_config(a.model, DType::F32, uint64_t(a.training.seed)));
+TrainedRun train(const train::Arguments& a, const parallel::ParallelContext& pc, const TrainingData& data,
+                 Device device = Device::cpu()) {
+  auto ctx = Context::create(device);
+  const DType dtype = a.training.bf16 ? DType::BF16 : DType::F32;
+  nn::GPTModel model(*ctx, nn::make_model_config(a.model, dtype, uint64_t(a.training.seed)));
   SampleStream train_stream = data.stream(data::Split::train), valid_stream = data.stream(data::Split::valid);
   Trainer trainer(*ctx, a, model, pc);
   TrainedRun run;
@@ -173,6 +178,48 @@ TEST(DataParallel, EachRankReadsItsMicroBatchesOfTheGlobalBatch) {
     EXPECT_EQ(s.consumed(), 8) << "consumed samples count the whole global batch";
   }
 }
+
+#if MEGATRON_WITH_NCCL
+// The same on two GPUs through NCCL, in bf16 (the GPU model's dtype): DP=2 with the distributed optimizer
+// and every overlap on, against DP=1 computed by each rank on its own GPU. bf16 activations make the
+// comparison approximate; the replicas must still be bit-identical.
+TEST(DataParallelGpu, TwoGpusMatchOneInBf16) {
+  auto world = testing::mpi_world();
+  const int count = cuda_device_count();
+  if (count == 0 || world->size() != 2 || testing::mpi_runtime().local_size() > count)
+    GTEST_SKIP() << "needs 2 ranks with a GPU each";
+  const Device device = Device::cuda(testing::mpi_runtime().local_rank() % count);
+  std::shared_ptr<comm::Communicator> nccl =
+      comm::NcclCommunicator::create(*world, device.index, "world", comm::timeout_from_minutes(2.0));
+  const std::vector<std::string> shape = {"--bf16", "--hidden-size", "64", "--seq-length", "32",
+                                          "--micro-batch-size", "2", "--ddp-bucket-size", "20000"};
+  train::Arguments reference_args = tiny_args(1, shape);
+  const TrainingData data(reference_args, reference_args.model.vocab_size - 1);
+  const TrainedRun reference = train(reference_args, parallel::ParallelContext::single(device), data, device);
+  for (bool distributed : {false, true}) {
+    SCOPED_TRACE(distributed ? "distributed optimizer" : "replicated");
+    std::vector<std::string> flags = shape;
+    flags.insert(flags.end(), {"--overlap-grad-reduce"});
+    if (distributed) flags.insert(flags.end(), {"--use-distributed-optimizer", "--overlap-param-gather"});
+    const parallel::ParallelContext pc = parallel::ParallelContext::create(nccl);
+    TrainedRun run = train(tiny_args(2, flags), pc, data, device);
+    for (int it = 0; it < kIterations; ++it) {
+      expect_rel(run.losses[it], reference.losses[it], 5e-3, str_cat("loss of iteration ", it + 1));
+      expect_rel(run.grad_norms[it], reference.grad_norms[it], 2e-2, str_cat("grad norm of iteration ", it + 1));
+    }
+    for (size_t i = 0; i < run.params.size(); ++i) {
+      double diff = 0, norm = 0;
+      for (size_t k = 0; k < run.params[i].size(); ++k) {
+        const double d = run.params[i][k] - reference.params[i][k];
+        diff += d * d;
+        norm += reference.params[i][k] * reference.params[i][k];
+      }
+      EXPECT_LE(std::sqrt(diff), 2e-2 * std::sqrt(norm) + 1e-6) << reference.names[i];
+    }
+    expect_replicas_identical(run, *world, distributed ? "DP=2 GPU distributed" : "DP=2 GPU replicated");
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace megatron::trainer

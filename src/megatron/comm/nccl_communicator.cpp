@@ -140,6 +140,11 @@ class Watchdog {
   [[noreturn]] void fail(const std::string& report) {
     std::fprintf(stderr, "%s\n", report.c_str());
     std::fflush(stderr);
+    // Should the abort itself get stuck behind the hung kernel, the process still ends.
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      std::_Exit(kWatchdogExitCode);
+    }).detach();
     ncclCommAbort(comm_);
     std::fflush(stdout);
     std::_Exit(kWatchdogExitCode);
