@@ -24,6 +24,10 @@ if(MEGATRON_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()
 
+# OpenMPI (libopenmpi-dev): launches ranks (mpirun/srun), bootstraps NCCL, and is the collective engine for
+# CPU tensors. The tests run the parallel suites under its mpiexec.
+find_package(MPI REQUIRED COMPONENTS C)
+
 if(MEGATRON_WITH_CUDA)
   find_package(CUDAToolkit REQUIRED)
 
@@ -37,6 +41,20 @@ if(MEGATRON_WITH_CUDA)
   add_library(megatron_cudnn INTERFACE IMPORTED)
   target_include_directories(megatron_cudnn INTERFACE ${CUDNN_INCLUDE_DIR})
   target_link_libraries(megatron_cudnn INTERFACE ${CUDNN_LIBRARY})
+
+  # NCCL (the toolkit's or the system's libnccl): GPU collectives. Without it a CUDA build still trains on
+  # one GPU; multi-GPU runs then stop with a message.
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} PATHS /usr/include /usr/local/include)
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} PATHS /usr/lib/x86_64-linux-gnu)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    message(STATUS "megatron.cpp: NCCL ${NCCL_LIBRARY}")
+    add_library(megatron_nccl INTERFACE IMPORTED)
+    target_include_directories(megatron_nccl INTERFACE ${NCCL_INCLUDE_DIR})
+    target_link_libraries(megatron_nccl INTERFACE ${NCCL_LIBRARY})
+  else()
+    message(WARNING "NCCL not found (nccl.h: '${NCCL_INCLUDE_DIR}', libnccl: '${NCCL_LIBRARY}'): multi-GPU training "
+                    "is disabled in this build")
+  endif()
 
   # cudnn-frontend: header only, from the nvidia-cudnn-frontend wheel (its include/ lands in site-packages).
   find_package(Python3 COMPONENTS Interpreter)

@@ -1,16 +1,27 @@
-// pretrain_gpt: train a GPT/Llama-style model with Megatron-LM's flags, on CPU or one GPU.
+// pretrain_gpt: train a GPT/Llama-style model with Megatron-LM's flags, on CPU or GPUs, data parallel
+// over the ranks of an MPI launch (one process per GPU; without a launcher, a world of one).
 //
 //   pretrain_gpt --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
-//       --micro-batch-size 4 --global-batch-size 8 --train-iters 100 --lr 1e-3 --mock-data --vocab-size 512
+//       --micro-batch-size 4 --global-batch-size 8 --train-iters 100 --lr 1e-3 --mock-data --vocab-size 4096
+//   mpirun -np 2 pretrain_gpt ... --use-distributed-optimizer --overlap-grad-reduce
 //
-// Prints the resolved configuration, the parameter count and estimated memory, Megatron's log line every
-// --log-interval iterations, validation loss and perplexity every --eval-interval, and peak memory.
+// The local rank picks the GPU; GPU ranks reduce with NCCL (its id broadcast over MPI), CPU ranks with
+// MPI. Rank 0 prints the resolved configuration, the layout, the parameter count, estimated memory and
+// the optimizer state per rank; the last rank prints Megatron's log line every --log-interval iterations
+// and validation loss and perplexity every --eval-interval (Megatron's print_rank_last); every GPU rank
+// prints its peak memory once. An error on any rank ends every rank (MPI_Abort).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
+#include "megatron/comm/mpi_runtime.h"
+#include "megatron/comm/self_communicator.h"
+#if MEGATRON_WITH_NCCL
+#include "megatron/comm/nccl_communicator.h"
+#endif
 #if MEGATRON_WITH_TOKENIZERS
 #include "megatron/data/tokenizers/tokenizer.h"
 #endif
@@ -28,19 +39,42 @@ namespace {
 
 std::string gib(double bytes) { return str_cat(bytes / double(1ull << 30), " GiB"); }
 
-Device pick_device(const std::string& requested) {
+// The local rank's GPU (ranks of a node take its GPUs in turn), or the CPU.
+Device pick_device(const std::string& requested, const comm::MpiRuntime& mpi) {
   if (requested == "cpu") return Device::cpu();
-  if (requested == "cuda" || cuda_device_count() > 0) return Device::cuda(0);
-  return Device::cpu();
+  const int count = cuda_device_count();
+  if (requested != "cuda" && count == 0) return Device::cpu();
+  MEGATRON_CHECK(count > 0, "--device cuda: no CUDA device is visible");
+  MEGATRON_CHECK(mpi.world_size() == 1 || mpi.local_size() <= count, mpi.local_size(),
+                 " ranks run on this node but it has ", count, " visible GPU(s); launch one rank per GPU");
+  return Device::cuda(mpi.local_rank() % count);
 }
 
-int run(const std::vector<std::string>& argv) {
+// The world communicator: NCCL between GPU ranks (bootstrapped over MPI), MPI between CPU ranks, none
+// for a world of one.
+std::shared_ptr<comm::Communicator> make_world(const comm::MpiRuntime& mpi, Device device, const train::Arguments& args) {
+  const auto timeout = comm::timeout_from_minutes(args.parallel.distributed_timeout_minutes);
+  if (mpi.world_size() == 1) return std::make_shared<comm::SelfCommunicator>(device, "world", timeout);
+  std::unique_ptr<comm::Communicator> mpi_world = mpi.world(timeout);
+  if (device.is_cpu()) return mpi_world;
+  MEGATRON_CHECK(args.parallel.distributed_backend == "nccl", "--distributed-backend ",
+                 args.parallel.distributed_backend, ": GPU ranks communicate through NCCL (MPI carries CPU tensors)");
+#if MEGATRON_WITH_NCCL
+  return comm::NcclCommunicator::create(*mpi_world, device.index, "world", timeout, mpi.world_rank());
+#else
+  MEGATRON_FAIL("this build has no NCCL (not found at configure time), so ", mpi.world_size(),
+                " GPU ranks cannot communicate; rebuild with NCCL or train with --device cpu");
+#endif
+}
+
+int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
   train::Arguments args = train::parse_arguments(argv);
-  args.parallel.world_size = 1;
+  args.parallel.world_size = mpi.world_size();
+  const bool first_rank = mpi.world_rank() == 0, last_rank = mpi.world_rank() == mpi.world_size() - 1;
   MEGATRON_CHECK(args.parallel.tensor_model_parallel_size * args.parallel.pipeline_model_parallel_size *
                          args.parallel.context_parallel_size == 1,
-                 "pretrain_gpt runs on one device in this version: tensor/pipeline/context parallelism need the "
-                 "distributed runtime (mpirun), which is not built yet");
+                 "tensor, pipeline and context parallelism are not implemented yet; data parallelism is: "
+                 "mpirun -np N pretrain_gpt ...");
 
   // The tokenizer decides the vocabulary (unless --vocab-size is given with mock data).
   int64_t eod = -1;
@@ -63,11 +97,22 @@ int run(const std::vector<std::string>& argv) {
 #endif
   train::resolve_and_validate(args);
   if (eod < 0) eod = args.model.vocab_size - 1;
+  // Checkpoints are written and read by one rank holding the whole model; the per-rank shards of a parallel
+  // layout (the format supports them: docs/checkpoint.md) are not wired to the distributed runtime yet.
+  MEGATRON_CHECK(mpi.world_size() == 1 || (args.checkpoint.save.empty() && args.checkpoint.load.empty()),
+                 "--save/--load with ", mpi.world_size(), " ranks: checkpoints of a parallel run are not supported "
+                 "yet; save or load with a single process");
 
-  Device device = pick_device(args.training.device);
+  Device device = pick_device(args.training.device, mpi);
   auto ctx = Context::create(device);
+  std::shared_ptr<comm::Communicator> world = make_world(mpi, device, args);
+  parallel::ParallelContext parallel = parallel::ParallelContext::create(
+      world, parallel::ParallelSizes{.tensor_model_parallel = args.parallel.tensor_model_parallel_size,
+                                     .pipeline_model_parallel = args.parallel.pipeline_model_parallel_size,
+                                     .context_parallel = args.parallel.context_parallel_size,
+                                     .expert_model_parallel = args.parallel.expert_model_parallel_size});
   DType dtype = args.training.bf16 ? DType::BF16 : (args.training.fp16 ? DType::F16 : DType::F32);
-  std::cout << train::describe_arguments(args) << std::flush;
+  if (first_rank) std::cout << train::describe_arguments(args) << parallel.describe() << std::flush;
 
   // --- checkpoints (issue 7): what --load holds, before the model is built (its seed drives dropout).
   const train::CheckpointArguments& ckpt = args.checkpoint;
@@ -88,17 +133,36 @@ int run(const std::vector<std::string>& argv) {
   model_config.deterministic = args.training.deterministic_mode;
   nn::GPTModel model(*ctx, model_config);
   const int64_t num_params = nn::count_elements(model.parameters());
-  // Weights in the parameter dtype, fp32 main grads, fp32 master (unless fp32 params) and two moments.
-  const double bytes_per_param = double(dtype_size(dtype)) + 4 + (dtype == DType::F32 ? 0 : 4) + 8;
-  std::cout << "device: " << device << ", parameters: " << num_params << " (" << double(num_params) / 1e6
-            << " M), estimated weights + grads + optimizer state: " << gib(double(num_params) * bytes_per_param)
-            << " (activations not included)\n";
+  // Weights in the parameter dtype, fp32 main grads, fp32 master (unless fp32 params) and two moments
+  // (the last two divided over DP by the distributed optimizer).
+  const double optimizer_bytes = double((dtype == DType::F32 ? 0 : 4) + 8) /
+                                 (args.parallel.use_distributed_optimizer ? double(parallel.dp_size()) : 1.0);
+  const double bytes_per_param = double(dtype_size(dtype)) + 4 + optimizer_bytes;
+  if (first_rank)
+    std::cout << "device: " << device << (mpi.world_size() > 1 ? " (rank 0)" : "") << ", parameters: " << num_params
+              << " (" << double(num_params) / 1e6 << " M), estimated weights + grads + optimizer state per rank: "
+              << gib(double(num_params) * bytes_per_param) << " (activations not included)\n";
 
-  trainer::TrainingData data(args, eod);
-  std::cout << "datasets:\n" << data.describe();
-  trainer::SampleStream train_stream = data.stream(data::Split::train);
-  trainer::SampleStream valid_stream = data.stream(data::Split::valid);
-  trainer::Trainer trainer(*ctx, args, model);
+  // Rank 0 builds (and caches) the dataset indices first, as Megatron does; the others then read them.
+  std::optional<trainer::TrainingData> data;
+  if (first_rank) data.emplace(args, eod);
+  world->barrier();
+  if (!first_rank) data.emplace(args, eod);
+  if (first_rank) std::cout << "datasets:\n" << data->describe();
+  trainer::SampleStream train_stream = data->stream(data::Split::train);
+  trainer::SampleStream valid_stream = data->stream(data::Split::valid);
+  trainer::Trainer trainer(*ctx, args, model, parallel);
+  {
+    // Optimizer state per rank (the distributed optimizer's shards differ slightly: report the largest).
+    double state[2] = {double(trainer.optimizer_state_bytes()), double(trainer.optimizer_allocated_bytes())};
+    world->all_reduce_host(state, comm::ReduceOp::Max);
+    if (first_rank)
+      std::cout << "optimizer state per rank (fp32 master weights + Adam moments"
+                << (args.parallel.use_distributed_optimizer ? str_cat(", sharded over DP ", parallel.dp_size())
+                                                             : std::string(", replicated"))
+                << "): " << gib(state[0]) << " computed, " << gib(state[1]) << " allocated (max over ranks)\n"
+                << std::flush;
+  }
 
   // --- checkpoints (issue 7): resume, and the save rule (every --save-interval and when the run stops).
   checkpoint::TrainingState ckpt_state{.model = &model, .optimizer = &trainer.optimizer(),
@@ -138,7 +202,8 @@ int run(const std::vector<std::string>& argv) {
   // --- end checkpoints
 
   // Megatron's evaluation block: the loss and its perplexity between two rules.
-  auto print_evaluation = [](const std::string& where, double loss) {
+  auto print_evaluation = [last_rank](const std::string& where, double loss) {
+    if (!last_rank) return;
     std::string line = str_cat(" validation loss at ", where, " | lm loss value: ");
     char buf[96];
     std::snprintf(buf, sizeof buf, "%.6E | lm loss PPL: %.6E | ", loss, std::exp(std::min(20.0, loss)));
@@ -175,7 +240,8 @@ int run(const std::vector<std::string>& argv) {
       log.consumed_samples = train_stream.consumed();
       log.seconds_per_iteration = per_iter;
       log.tflops_per_gpu = train::tflops_per_gpu(args, t.global_batch_size, per_iter);
-      log.tokens_per_second_per_gpu = double(t.global_batch_size) * args.model.seq_length / per_iter;
+      log.tokens_per_second_per_gpu =
+          double(t.global_batch_size) * args.model.seq_length / per_iter / double(mpi.world_size());
       log.learning_rate = r.learning_rate;
       log.global_batch_size = t.global_batch_size;
       log.lm_loss = interval_loss / double(interval_iters);
@@ -183,12 +249,13 @@ int run(const std::vector<std::string>& argv) {
       log.grad_norm = last_grad_norm;
       log.skipped_iterations = skipped;
       log.nan_iterations = nans;
-      std::cout << train::format_log_line(log) << "\n" << std::flush;
+      if (last_rank) std::cout << train::format_log_line(log) << "\n" << std::flush;
       interval_loss = interval_seconds = 0;
       interval_iters = skipped = nans = 0;
       if (!printed_memory && device.is_cuda()) {
         AllocatorStats s = ctx->allocator().stats();
-        std::cout << "[after iteration " << iteration << "] memory (GiB): peak allocated "
+        std::cout << (mpi.world_size() > 1 ? str_cat("[rank ", mpi.world_rank(), "] ") : std::string())
+                  << "[after iteration " << iteration << "] memory (GiB): peak allocated "
                   << double(s.peak_allocated_bytes) / double(1ull << 30) << " | peak reserved "
                   << double(s.peak_reserved_bytes) / double(1ull << 30) << "\n";
         printed_memory = true;
@@ -197,25 +264,30 @@ int run(const std::vector<std::string>& argv) {
     if (t.eval_iters > 0 && t.eval_interval > 0 && iteration % t.eval_interval == 0 && valid_stream.available())
       print_evaluation(str_cat("iteration ", iteration), trainer.evaluate(valid_stream));
     if (ckpt.save_interval > 0 && iteration % ckpt.save_interval == 0) save(iteration);  // checkpoints (issue 7)
-    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60;
+    double minutes[1] = {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60};
     if (t.exit_interval > 0 && iteration % t.exit_interval == 0) {
-      std::cout << "exiting at iteration " << iteration << " (--exit-interval " << t.exit_interval << ")\n";
+      if (last_rank) std::cout << "exiting at iteration " << iteration << " (--exit-interval " << t.exit_interval << ")\n";
       break;
     }
-    if (t.exit_duration_in_mins > 0 && minutes >= t.exit_duration_in_mins) {
-      std::cout << "exiting at iteration " << iteration << " after " << minutes << " minutes (--exit-duration-in-mins)\n";
-      break;
+    if (t.exit_duration_in_mins > 0) {
+      world->all_reduce_host(minutes, comm::ReduceOp::Max);  // every rank stops at the same iteration
+      if (minutes[0] >= t.exit_duration_in_mins) {
+        if (last_rank)
+          std::cout << "exiting at iteration " << iteration << " after " << minutes[0]
+                    << " minutes (--exit-duration-in-mins)\n";
+        break;
+      }
     }
   }
   // --- checkpoints (issue 7): a run that stops (end, --exit-interval, --exit-duration-in-mins) saves, as
   // Megatron does; an asynchronous save finishes (and reports its errors) before the process exits.
   if (last_iteration > start_iteration) save(last_iteration);
   async_saver.wait();
-  if (async_saver.completed_iteration() >= 0)
+  if (first_rank && async_saver.completed_iteration() >= 0)
     std::cout << "asynchronous save of iteration " << async_saver.completed_iteration() << " written in "
               << async_saver.completed_seconds() << " s in the background\n";
   // --- end checkpoints
-  trainer::SampleStream test_stream = data.stream(data::Split::test);
+  trainer::SampleStream test_stream = data->stream(data::Split::test);
   if (t.eval_iters > 0 && test_stream.available())
     print_evaluation(str_cat("iteration ", last_iteration, " on test set"), trainer.evaluate(test_stream));
   return 0;
@@ -230,10 +302,21 @@ int main(int argc, char** argv) {
       std::cout << "usage: pretrain_gpt [Megatron-LM flags]\n\n" << train::flags_help();
       return 0;
     }
+  std::unique_ptr<comm::MpiRuntime> mpi;
   try {
-    return run(args);
+    mpi = std::make_unique<comm::MpiRuntime>();
   } catch (const std::exception& e) {
-    std::cerr << "pretrain_gpt: error: " << e.what() << "\n";
+    std::cerr << "pretrain_gpt: error starting MPI: " << e.what() << "\n";
+    return 1;
+  }
+  try {
+    return run(args, *mpi);
+  } catch (const std::exception& e) {
+    const bool many = mpi->world_size() > 1;
+    std::cerr << (many ? str_cat("[rank ", mpi->world_rank(), "] ") : std::string()) << "pretrain_gpt: error: "
+              << e.what() << "\n"
+              << std::flush;
+    if (many) comm::MpiRuntime::abort(1);  // the other ranks would wait for this one until the timeout
     return 1;
   }
 }

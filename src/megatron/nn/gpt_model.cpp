@@ -71,8 +71,19 @@ ParameterList GPTModel::parameters() {
   return list;
 }
 
+namespace {
+// Calls `hook` with the parameters `collect` gathers (data-parallel overlap, see ParamHooks).
+template <class Collect>
+void call_hook(const std::function<void(const ParameterList&)>& hook, Collect&& collect) {
+  if (!hook) return;
+  ParameterList params;
+  collect(params);
+  hook(params);
+}
+}  // namespace
+
 Tensor GPTModel::forward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask,
-                         bool training, uint64_t dropout_step) {
+                         bool training, uint64_t dropout_step, const ParamHooks& hooks) {
   MEGATRON_CHECK(tokens.rank() == 2 && labels.shape() == tokens.shape() && loss_mask.shape() == tokens.shape(),
                  "GPTModel: tokens, labels and loss_mask must all be [b, s]; got ", tokens.describe(), ", ",
                  labels.describe(), ", ", loss_mask.describe());
@@ -82,10 +93,17 @@ Tensor GPTModel::forward(Context& ctx, const Tensor& tokens, const Tensor& label
   const uint64_t offset = kDropoutStream + dropout_step * sites;
 
   Tensor embedded = ctx.empty({b, s, h}, dt);
+  call_hook(hooks.before_forward, [&](ParameterList& l) { embedding.collect_parameters(l); });
   embedding.forward(ctx, embedded, tokens, training, offset);
   ResidualStream stream{embedded, Tensor()};
-  for (size_t i = 0; i < layers.size(); ++i)
+  for (size_t i = 0; i < layers.size(); ++i) {
+    call_hook(hooks.before_forward, [&](ParameterList& l) { layers[i].collect_parameters(l); });
     stream = layers[i].forward(ctx, stream, training, offset + 1 + TransformerLayer::kDropoutSites * i);
+  }
+  call_hook(hooks.before_forward, [&](ParameterList& l) {
+    final_layernorm.collect_parameters(l);
+    if (output_layer.defined()) l.push_back(&output_layer);
+  });
   final_hidden_ = ctx.empty({T, h}, dt);
   norm_of_stream(ctx, final_layernorm, final_hidden_,
                  {stream.residual.view({T, h}), stream.branch.defined() ? stream.branch.view({T, h}) : Tensor()});
@@ -104,7 +122,7 @@ Tensor GPTModel::forward(Context& ctx, const Tensor& tokens, const Tensor& label
   return loss;
 }
 
-void GPTModel::backward(Context& ctx, double grad_scale, double denominator) {
+void GPTModel::backward(Context& ctx, double grad_scale, double denominator, const ParamHooks& hooks) {
   const int64_t b = hidden_shape_[0], s = hidden_shape_[1], T = b * s, h = config_.hidden();
   const DType dt = config_.params_dtype, st = config_.stats_dtype();
 
@@ -117,18 +135,24 @@ void GPTModel::backward(Context& ctx, double grad_scale, double denominator) {
   linear_backward(ctx, dfinal, logits_, final_hidden_, output_weight(), nullptr);
   Tensor dhidden = ctx.empty({b, s, h}, dt);
   final_layernorm.backward(ctx, dhidden.view({T, h}), dfinal);
+  call_hook(hooks.grads_final, [&](ParameterList& l) {
+    final_layernorm.collect_parameters(l);
+    if (output_layer.defined()) l.push_back(&output_layer);
+  });
 
   for (size_t i = layers.size(); i-- > 0;) {
     Tensor dprev = ctx.empty({b, s, h}, dt);
     layers[i].backward(ctx, dprev, dhidden);
+    call_hook(hooks.grads_final, [&](ParameterList& l) { layers[i].collect_parameters(l); });
     dhidden = dprev;
   }
   embedding.backward(ctx, dhidden);
+  call_hook(hooks.grads_final, [&](ParameterList& l) { embedding.collect_parameters(l); });
 }
 
 double GPTModel::forward_backward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask,
                                   const StepOptions& step) {
-  Tensor loss = forward(ctx, tokens, labels, loss_mask, /*training=*/true, step.dropout_step);
+  Tensor loss = forward(ctx, tokens, labels, loss_mask, /*training=*/true, step.dropout_step, step.hooks);
   // Without a denominator from the caller, reading this micro-batch's mask sum costs one synchronisation.
   double denominator = step.loss_denominator;
   if (denominator <= 0) {
@@ -137,7 +161,7 @@ double GPTModel::forward_backward(Context& ctx, const Tensor& tokens, const Tens
     denominator = read_scalar(ctx, mask_sum);
   }
   // An all-zero mask gives loss 0 and no gradient (Megatron's masked mean would divide by zero).
-  if (denominator != 0.0) backward(ctx, step.grad_scale, denominator);
+  if (denominator != 0.0) backward(ctx, step.grad_scale, denominator, step.hooks);
   final_hidden_ = logits_ = lse_ = labels_ = loss_mask_ = Tensor();
   return read_scalar(ctx, loss);
 }

@@ -18,6 +18,7 @@
 // Activations are in the parameter dtype; norm statistics, softmax/LSE and the loss are F32 (F64 for F64).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "megatron/nn/config.h"
@@ -28,11 +29,24 @@
 
 namespace megatron::nn {
 
+// Data-parallel overlap hooks (parallel/data_parallel.h, optim/distributed_optimizer.h); empty = none.
+// Each call names the parameters of one module: the embedding, one transformer layer, or the final norm
+// with the output layer.
+//   before_forward(params): forward is about to read their values (the distributed optimizer waits for
+//                           their all-gather here);
+//   grads_final(params):    backward has finished accumulating into their main_grads for this pass (the
+//                           tied word embeddings only after the embedding's backward).
+struct ParamHooks {
+  std::function<void(const ParameterList&)> before_forward;
+  std::function<void(const ParameterList&)> grads_final;
+};
+
 struct StepOptions {
   uint64_t dropout_step = 0;      // selects this pass's dropout masks
   double grad_scale = 1.0;        // gradients are of grad_scale * sum(loss * mask) / loss_denominator
   double loss_denominator = 0.0;  // 0: sum(loss_mask) of this micro-batch, read from the device (one sync);
                                   // the trainer passes it (it has the mask on the host) to avoid that sync
+  ParamHooks hooks = {};
 };
 
 class GPTModel {
@@ -65,8 +79,8 @@ class GPTModel {
  private:
   // Runs the forward pass; returns the loss as a device scalar.
   Tensor forward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask, bool training,
-                 uint64_t dropout_step);
-  void backward(Context& ctx, double grad_scale, double denominator);
+                 uint64_t dropout_step, const ParamHooks& hooks = {});
+  void backward(Context& ctx, double grad_scale, double denominator, const ParamHooks& hooks = {});
 
   ModelConfig config_;
   // Saved by forward for backward.

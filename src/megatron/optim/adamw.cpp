@@ -68,6 +68,13 @@ void AdamW::reload_model_params(Context& ctx) {
     if (e.has_separate_master) ops::cast(ctx, e.master, e.source.param.view({e.source.param.numel()}));
 }
 
+size_t AdamW::state_bytes() const {
+  size_t bytes = 0;
+  for (const Entry& e : entries_)
+    bytes += e.exp_avg.nbytes() + e.exp_avg_sq.nbytes() + (e.has_separate_master ? e.master.nbytes() : 0);
+  return bytes;
+}
+
 void AdamW::set_step_count(int64_t steps) {
   MEGATRON_CHECK(steps >= 0, "AdamW::set_step_count: ", steps, " must be >= 0");
   step_count_ = steps;

@@ -51,6 +51,9 @@ class AdamW {
   const Tensor& exp_avg(size_t i) const { return entries_.at(i).exp_avg; }
   const Tensor& exp_avg_sq(size_t i) const { return entries_.at(i).exp_avg_sq; }
   const AdamWOptions& options() const { return options_; }
+  // Bytes of optimizer state this object holds: both moments and the separate fp32 masters of bf16/fp16
+  // parameters (fp32 parameters are their own masters and count nothing).
+  size_t state_bytes() const;
 
  private:
   struct Entry {

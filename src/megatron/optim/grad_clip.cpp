@@ -44,10 +44,29 @@ bool unscale_and_check_for_inf(Context& ctx, const std::vector<Tensor>& grads, f
   return read_scalar(ctx, found_inf) != 0.0f;
 }
 
+double global_grad_norm(Context& ctx, const std::vector<Tensor>& grads, const GradStatsGroups& groups) {
+  const double local = global_grad_norm(ctx, grads);
+  if (groups.norm_groups.empty()) return local;
+  double squared[1] = {local * local};
+  for (comm::Communicator* group : groups.norm_groups)
+    if (group != nullptr) group->all_reduce_host(squared, comm::ReduceOp::Sum);
+  return std::sqrt(squared[0]);
+}
+
 GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad) {
+  return prepare_grads(ctx, grads, scaler, clip_grad, GradStatsGroups{});
+}
+
+GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad,
+                              const GradStatsGroups& groups) {
   GradPreparation result;
   if (scaler != nullptr) {
-    const bool found_inf = unscale_and_check_for_inf(ctx, grads, scaler->inv_scale());
+    bool found_inf = unscale_and_check_for_inf(ctx, grads, scaler->inv_scale());
+    if (groups.found_inf_group != nullptr) {  // one rank's overflow skips the step everywhere
+      double flag[1] = {found_inf ? 1.0 : 0.0};
+      groups.found_inf_group->all_reduce_host(flag, comm::ReduceOp::Max);
+      found_inf = flag[0] != 0.0;
+    }
     scaler->update(found_inf);
     if (found_inf) {
       result.skip_update = true;
@@ -55,7 +74,7 @@ GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, Lo
     }
   }
   if (clip_grad > 0.0) {
-    const double total = global_grad_norm(ctx, grads);
+    const double total = global_grad_norm(ctx, grads, groups);
     result.grad_norm = total;
     const double coeff = clip_grad / (total + 1.0e-6);
     if (coeff < 1.0) result.grad_scale = coeff;

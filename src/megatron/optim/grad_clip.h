@@ -12,14 +12,19 @@
 // as a double (Megatron's .item()). Every gradient lives on ctx's device; dtypes F32, BF16 or F16
 // (F64 on the CPU). Functions returning host values synchronise ctx.
 //
-// Across data/tensor/pipeline-parallel ranks the squared norm and found_inf must be reduced before use;
-// these functions are the single-rank core (the distributed optimizer adds the all-reduces).
+// Across ranks (GradStatsGroups): each rank passes the gradients it holds that no other rank of the norm
+// groups holds too (the replicated optimizer: the whole reduced gradients, identical over DP, so DP is not a
+// norm group; the distributed optimizer: its shards, so DP is one). The squared norms are summed over each
+// norm group in turn (sum over the product of the groups), found_inf is max-reduced over found_inf_group,
+// so every rank computes the same norm and takes the same skip decision. The norm groups must partition the
+// gradient elements: that is how replicated parameters are counted once.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "megatron/comm/communicator.h"
 #include "megatron/optim/loss_scaler.h"
 #include "megatron/runtime/context.h"
 
@@ -39,6 +44,14 @@ double clip_grad_norm(Context& ctx, const std::vector<Tensor>& grads, double max
 // is inf or NaN.
 bool unscale_and_check_for_inf(Context& ctx, const std::vector<Tensor>& grads, float inv_scale);
 
+struct GradStatsGroups {
+  std::vector<comm::Communicator*> norm_groups;    // squared norm summed over each (none: single rank)
+  comm::Communicator* found_inf_group = nullptr;   // found_inf max-reduced here (none: single rank)
+};
+
+// sqrt of the sum over the norm groups of each rank's sum of g^2 over `grads`.
+double global_grad_norm(Context& ctx, const std::vector<Tensor>& grads, const GradStatsGroups& groups);
+
 struct GradPreparation {
   bool skip_update = false;          // found inf/NaN: do not step the optimizer or the lr schedule
   std::optional<double> grad_norm;   // the pre-clip norm; none when skipped or clip_grad == 0 (Megatron: None)
@@ -47,6 +60,9 @@ struct GradPreparation {
 
 // Steps 1 and 2 above (the clip coefficient returned, not applied). `scaler` may be null (bf16 / fp32: no unscaling, never skipped).
 GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad);
+// The same across ranks: found_inf and the norm reduced over `groups` (see the top of this file).
+GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad,
+                              const GradStatsGroups& groups);
 
 // Skipped-iteration bookkeeping for the log line ("number of skipped iterations" per interval) and the
 // run's total.

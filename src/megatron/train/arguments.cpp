@@ -126,6 +126,9 @@ std::vector<std::string> constraint_violations(const Arguments& a) {
   }
   if (p.overlap_param_gather)
     need(p.use_distributed_optimizer, "--overlap-param-gather needs --use-distributed-optimizer");
+  need(p.distributed_timeout_minutes > 0, "--distributed-timeout-minutes must be positive (got ",
+       p.distributed_timeout_minutes, ")");
+  need(p.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0 (got ", p.ddp_bucket_size, ")");
 
   // --- checkpoints (issue 7)
   const CheckpointArguments& c = a.checkpoint;

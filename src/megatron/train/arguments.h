@@ -77,6 +77,10 @@ struct ParallelArguments {
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
+  double distributed_timeout_minutes = 10;  // a collective waiting longer ends the run (fractions allowed)
+  int64_t ddp_bucket_size = 0;       // elements per gradient bucket; 0 = Megatron's max(40M, 1M x DP)
+  bool accumulate_allreduce_grads_in_fp32 = false;  // accepted; gradients are always accumulated and reduced in fp32
+  std::string distributed_backend = "nccl";  // nccl on GPUs; CPU ranks always use MPI (gloo/mpi accepted)
   int world_size = 1;                // from the launcher (MPI), not a flag
 };
 

@@ -8,14 +8,17 @@
 
 namespace megatron::trainer {
 
-Tensor SampleStream::next(int64_t n, Allocator& host) {
+Tensor SampleStream::next(int64_t n, Allocator& host) { return next(n, host, 0, n); }
+
+Tensor SampleStream::next(int64_t n, Allocator& host, int64_t begin, int64_t count) {
   MEGATRON_CHECK(available(), "no samples in this split");
-  Tensor out = Tensor::empty(Shape{n, width_}, DType::I64, host);
+  MEGATRON_CHECK(0 <= begin && begin + count <= n, "SampleStream::next: rows [", begin, ", ", begin + count,
+                 ") of a step of ", n, " samples");
+  Tensor out = Tensor::empty(Shape{count, width_}, DType::I64, host);
   int64_t* p = out.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    read_(consumed_ % size_, std::span<int64_t>(p + i * width_, size_t(width_)));
-    ++consumed_;
-  }
+  for (int64_t i = 0; i < count; ++i)
+    read_((consumed_ + begin + i) % size_, std::span<int64_t>(p + i * width_, size_t(width_)));
+  consumed_ += n;
   return out;
 }
 

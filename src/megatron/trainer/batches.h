@@ -31,6 +31,9 @@ class SampleStream {
   int64_t size() const { return size_; }
   // The next n samples (wrapping around the split); `host` is the CPU allocator for the result.
   Tensor next(int64_t n, Allocator& host);
+  // Consumes the next n samples but reads only rows [begin, begin + count) of them (a data-parallel
+  // rank's micro-batch of a step of n = mbs * DP samples).
+  Tensor next(int64_t n, Allocator& host, int64_t begin, int64_t count);
   int64_t consumed() const { return consumed_; }
   void rewind() { consumed_ = 0; }
   void set_consumed(int64_t n) { consumed_ = n; }  // resuming from a checkpoint

@@ -19,19 +19,63 @@ Trainer::Trainer(Context& ctx, const train::Arguments& args, nn::GPTModel& model
     : ctx_(ctx),
       args_(args),
       model_(model),
+      own_parallel_(std::make_unique<parallel::ParallelContext>(parallel::ParallelContext::single(ctx.device()))),
+      parallel_(own_parallel_.get()),
       scheduler_(optim::schedule_from_arguments(args.training)),
       scaler_(optim::make_loss_scaler(args.training)) {
-  optimizer_ = std::make_unique<optim::AdamW>(
-      ctx, adamw_params(model.parameters()),
-      optim::AdamWOptions{args.training.adam_beta1, args.training.adam_beta2, args.training.adam_eps});
-  for (nn::Parameter* p : model.parameters()) grads_.push_back(p->main_grad);
-  const auto& t = args.training;
-  num_micro_batches_ = int(t.global_batch_size / (int64_t(t.micro_batch_size) * args.data_parallel_size()));
-  const int64_t s = args.model.seq_length, b = t.micro_batch_size;
-  tokens_ = ctx.empty(Shape{b, s}, DType::I64);
-  labels_ = ctx.empty(Shape{b, s}, DType::I64);
-  loss_mask_ = ctx.empty(Shape{b, s}, DType::F32);
-  ops::fill(ctx, loss_mask_, 1.0);
+  setup();
+}
+
+Trainer::Trainer(Context& ctx, const train::Arguments& args, nn::GPTModel& model,
+                 const parallel::ParallelContext& parallel)
+    : ctx_(ctx),
+      args_(args),
+      model_(model),
+      parallel_(&parallel),
+      scheduler_(optim::schedule_from_arguments(args.training)),
+      scaler_(optim::make_loss_scaler(args.training)) {
+  setup();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::setup() {
+  const auto& t = args_.training;
+  const auto& p = args_.parallel;
+  const int dp = parallel_->dp_size();
+  MEGATRON_CHECK(parallel_->tp_size() == 1 && parallel_->pp_size() == 1 && parallel_->cp_size() == 1,
+                 "Trainer: tensor, pipeline and context parallelism are not implemented yet (",
+                 parallel_->describe(), ")");
+  MEGATRON_CHECK(args_.data_parallel_size() == dp, "Trainer: the arguments give a data-parallel size of ",
+                 args_.data_parallel_size(), " (world size ", p.world_size, ") but the parallel context has DP ", dp);
+  num_micro_batches_ = int(t.global_batch_size / (int64_t(t.micro_batch_size) * dp));
+
+  // The gradient buffers first: they rebind the parameters the optimizer then refers to.
+  parallel::DataParallelConfig ddp_config{.overlap_grad_reduce = p.overlap_grad_reduce,
+                                          .use_distributed_optimizer = p.use_distributed_optimizer,
+                                          .bucket_size = p.ddp_bucket_size};
+  ddp_ = std::make_unique<parallel::DistributedDataParallel>(ctx_, model_.parameters(), *parallel_->dp_cp().comm,
+                                                             ddp_config);
+  const optim::AdamWOptions adam{t.adam_beta1, t.adam_beta2, t.adam_eps};
+  ctx_.synchronize();
+  const size_t allocated_before = ctx_.allocator().stats().allocated_bytes;
+  if (p.use_distributed_optimizer)
+    dist_optimizer_ = std::make_unique<optim::DistributedOptimizer>(ctx_, *ddp_, adam, p.overlap_param_gather);
+  else
+    optimizer_ = std::make_unique<optim::AdamW>(ctx_, adamw_params(model_.parameters()), adam);
+  ctx_.synchronize();
+  const size_t allocated_after = ctx_.allocator().stats().allocated_bytes;
+  optimizer_allocated_bytes_ = allocated_after > allocated_before ? allocated_after - allocated_before : 0;
+
+  const int64_t s = args_.model.seq_length, b = t.micro_batch_size;
+  tokens_ = ctx_.empty(Shape{b, s}, DType::I64);
+  labels_ = ctx_.empty(Shape{b, s}, DType::I64);
+  loss_mask_ = ctx_.empty(Shape{b, s}, DType::F32);
+  ops::fill(ctx_, loss_mask_, 1.0);
+}
+
+size_t Trainer::optimizer_state_bytes() const {
+  return dist_optimizer_ ? dist_optimizer_->state_bytes() : optimizer_->state_bytes();
 }
 
 void Trainer::load_micro_batch(const Tensor& samples) {
@@ -47,48 +91,89 @@ void Trainer::load_micro_batch(const Tensor& samples) {
   copy_tensor(ctx_, labels_, labels);
 }
 
+Tensor Trainer::next_micro_batch(SampleStream& data) {
+  // Megatron's MegatronPretrainingSampler: each step takes mbs * DP consecutive samples; DP rank r reads
+  // rows [r * mbs, (r + 1) * mbs) of them.
+  const int64_t mbs = args_.training.micro_batch_size;
+  return data.next(mbs * parallel_->dp_size(), host_, parallel_->dp().rank() * mbs, mbs);
+}
+
+std::vector<Tensor> Trainer::local_grads() const {
+  return dist_optimizer_ ? dist_optimizer_->grad_shards() : ddp_->grad_buffers();
+}
+
+optim::GradStatsGroups Trainer::grad_stats_groups() const {
+  optim::GradStatsGroups groups;
+  // Replicated optimizer: every DP rank holds the same reduced gradients, so the norm is the local one
+  // (summed only over model-parallel ranks, which hold different parameters). Distributed optimizer: the
+  // DP ranks hold disjoint shards, so their squares add up too.
+  if (dist_optimizer_) groups.norm_groups.push_back(parallel_->dp_cp().comm.get());
+  groups.norm_groups.push_back(parallel_->model_parallel().comm.get());
+  groups.found_inf_group = parallel_->world().comm.get();
+  return groups;
+}
+
 StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   StepResult r;
-  nn::ParameterList params = model_.parameters();
-  nn::zero_grads(ctx_, params);
+  ddp_->zero_grads(ctx_);
 
-  // Forward and backward over the micro-batches; gradients of loss * scale / M accumulate in fp32.
+  // Forward and backward over this rank's micro-batches; gradients of loss * scale / M accumulate in fp32.
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  const int M = num_micro_batches_;
+  const uint64_t dp = uint64_t(parallel_->dp_size()), dp_rank = uint64_t(parallel_->dp().rank());
+  const bool overlap_gather = dist_optimizer_ && args_.parallel.overlap_param_gather;
   double loss_sum = 0;
-  for (int m = 0; m < num_micro_batches_; ++m) {
-    load_micro_batch(train_data.next(args_.training.micro_batch_size, host_));
-    nn::StepOptions step{.dropout_step = uint64_t(iteration) * uint64_t(num_micro_batches_) + uint64_t(m),
-                         .grad_scale = loss_scale / num_micro_batches_,
+  for (int m = 0; m < M; ++m) {
+    load_micro_batch(next_micro_batch(train_data));
+    nn::StepOptions step{.dropout_step = (uint64_t(iteration) * uint64_t(M) + uint64_t(m)) * dp + dp_rank,
+                         .grad_scale = loss_scale / M,
                          // The mask is all ones: its sum is known here, which saves a device read.
-                         .loss_denominator = double(loss_mask_.numel())};
+                         .loss_denominator = double(loss_mask_.numel()),
+                         .hooks = {}};
+    if (m == 0 && overlap_gather)  // wait for each bucket's parameter all-gather just before its first use
+      step.hooks.before_forward = [this](const nn::ParameterList& l) { dist_optimizer_->wait_for_params(ctx_, l); };
+    if (m == M - 1 && args_.parallel.overlap_grad_reduce)  // reduce each bucket once its gradients are final
+      step.hooks.grads_final = [this](const nn::ParameterList& l) { ddp_->on_grads_final(ctx_, l); };
     loss_sum += model_.forward_backward(ctx_, tokens_, labels_, loss_mask_, step);
+    if (m == 0 && dist_optimizer_) dist_optimizer_->finish_param_gather(ctx_);
   }
-  r.loss = loss_sum / num_micro_batches_;
+  ddp_->finish_grad_sync(ctx_);
+  double loss[1] = {loss_sum / M};
+  parallel_->dp_cp().comm->all_reduce_host(loss, comm::ReduceOp::Avg);
+  r.loss = loss[0];
   r.nan_loss = !std::isfinite(r.loss);
 
-  // Unscale, check for overflow, compute the clip coefficient; then the update with the scheduled lr and
-  // weight decay, which applies the coefficient as it reads the gradients.
-  optim::GradPreparation prepared = optim::prepare_grads(ctx_, grads_, scaler_.get(), args_.training.clip_grad);
+  // Unscale, check for overflow, compute the clip coefficient (agreed over the ranks); then the update with
+  // the scheduled lr and weight decay, which applies the coefficient as it reads the gradients.
+  optim::GradPreparation prepared =
+      optim::prepare_grads(ctx_, local_grads(), scaler_.get(), args_.training.clip_grad, grad_stats_groups());
   r.learning_rate = scheduler_.lr();
   r.grad_norm = prepared.grad_norm;
   r.skipped = prepared.skip_update;
   if (!r.skipped) {
-    optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), float(prepared.grad_scale));
+    const float clip = float(prepared.grad_scale);
+    if (dist_optimizer_)
+      dist_optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip);
+    else
+      optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip);
     scheduler_.step(1);
   }
   return r;
 }
 
 double Trainer::evaluate(SampleStream& data) {
+  if (dist_optimizer_) dist_optimizer_->finish_param_gather(ctx_);
   double sum = 0;
   int64_t count = 0;
   for (int64_t it = 0; it < args_.training.eval_iters; ++it)
     for (int m = 0; m < num_micro_batches_; ++m) {
-      load_micro_batch(data.next(args_.training.micro_batch_size, host_));
+      load_micro_batch(next_micro_batch(data));
       sum += model_.forward_loss(ctx_, tokens_, labels_, loss_mask_);
       ++count;
     }
-  return count ? sum / double(count) : 0.0;
+  double mean[1] = {count ? sum / double(count) : 0.0};
+  parallel_->dp_cp().comm->all_reduce_host(mean, comm::ReduceOp::Avg);
+  return mean[0];
 }
 
 }  // namespace megatron::trainer

@@ -1,9 +1,18 @@
-// The training loop of pretrain_gpt on one device (CPU or one GPU).
+// The training loop of pretrain_gpt on one device per rank, data-parallel over a ParallelContext's DP
+// group (one rank: a world of one, no MPI).
 //
-// train_step() is the whole iteration, top to bottom: zero the gradient buffers; for each micro-batch of
-// the global batch, forward and backward (gradients accumulate in fp32, scaled by 1/num_micro_batches and
-// the loss scale); unscale, check for inf/nan, clip by the global norm; AdamW with the scheduled lr and
-// weight decay (skipped when a gradient overflowed); advance the schedule.
+// train_step() is the whole iteration, top to bottom: zero the gradient buffer; for each of this rank's
+// micro-batches of the global batch (Megatron's sampler: micro-batch m of DP rank r is samples
+// [(m * DP + r) * mbs, +mbs) of the iteration), forward and backward (gradients accumulate in the fp32
+// buffer, scaled by 1/num_micro_batches and the loss scale; during the last micro-batch each gradient
+// bucket's reduction starts as soon as it is final, with --overlap-grad-reduce); finish the reduction
+// (average over DP: all-reduce, or reduce-scatter into this rank's shards with the distributed optimizer);
+// unscale, check for inf/nan and clip by the global norm, all agreed over the ranks; AdamW with the
+// scheduled lr and weight decay (or the distributed optimizer: update the shards, all-gather the
+// parameters), skipped when a gradient overflowed; advance the schedule. The loss returned is the
+// average over DP, so every rank returns the same value.
+// Dropout masks are indexed by the global micro-batch number (iteration * M + m) * DP + r, so DP=N uses
+// the masks DP=1 uses for the same samples.
 #pragma once
 
 #include <memory>
@@ -11,9 +20,12 @@
 
 #include "megatron/nn/gpt_model.h"
 #include "megatron/optim/adamw.h"
+#include "megatron/optim/distributed_optimizer.h"
 #include "megatron/optim/grad_clip.h"
 #include "megatron/optim/loss_scaler.h"
 #include "megatron/optim/lr_scheduler.h"
+#include "megatron/parallel/data_parallel.h"
+#include "megatron/parallel/parallel_context.h"
 #include "megatron/train/arguments.h"
 #include "megatron/trainer/batches.h"
 
@@ -29,10 +41,16 @@ struct StepResult {
 
 class Trainer {
  public:
+  // One process (a world of one).
   Trainer(Context& ctx, const train::Arguments& args, nn::GPTModel& model);
+  // Data parallel over `parallel`'s DP group (args.data_parallel_size() must equal it); `parallel` must
+  // outlive the trainer. Rebinds the model's gradients (and, with the distributed optimizer, its
+  // parameter values) into contiguous buffers.
+  Trainer(Context& ctx, const train::Arguments& args, nn::GPTModel& model, const parallel::ParallelContext& parallel);
+  ~Trainer();
 
   StepResult train_step(SampleStream& train_data, int64_t iteration);
-  // Mean loss over eval_iters global batches of `data` (no gradients, no dropout).
+  // Mean loss over eval_iters global batches of `data` (no gradients, no dropout), averaged over DP.
   double evaluate(SampleStream& data);
 
   int num_micro_batches() const { return num_micro_batches_; }
@@ -42,19 +60,35 @@ class Trainer {
   optim::AdamW& optimizer() { return *optimizer_; }
   optim::OptimizerParamScheduler& mutable_scheduler() { return scheduler_; }
   optim::LossScaler* mutable_loss_scaler() { return scaler_.get(); }
+  const parallel::ParallelContext& parallel() const { return *parallel_; }
+  // Bytes of optimizer state (fp32 masters of bf16/fp16 parameters, Adam moments) held by this rank, as
+  // computed from the tensors, and as measured: the allocator's growth while the optimizer was built.
+  size_t optimizer_state_bytes() const;
+  size_t optimizer_allocated_bytes() const { return optimizer_allocated_bytes_; }
 
  private:
+  // Builds the data-parallel buffers and the optimizer (both constructors).
+  void setup();
   // Splits samples [mbs, s+1] into tokens, labels and an all-ones loss mask on the device.
   void load_micro_batch(const Tensor& samples);
+  // This rank's next micro-batch of `data` (Megatron's sampler slicing).
+  Tensor next_micro_batch(SampleStream& data);
+  // The gradients this rank passes to unscaling, the norm and clipping, and the groups they reduce over.
+  std::vector<Tensor> local_grads() const;
+  optim::GradStatsGroups grad_stats_groups() const;
 
   Context& ctx_;
   const train::Arguments& args_;
   nn::GPTModel& model_;
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<parallel::ParallelContext> own_parallel_;  // the world of one, for the first constructor
+  const parallel::ParallelContext* parallel_ = nullptr;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp_;
+  std::unique_ptr<optim::AdamW> optimizer_;                       // replicated over DP
+  std::unique_ptr<optim::DistributedOptimizer> dist_optimizer_;  // or sharded (--use-distributed-optimizer)
   optim::OptimizerParamScheduler scheduler_;
   std::unique_ptr<optim::LossScaler> scaler_;
-  std::vector<Tensor> grads_;
   int num_micro_batches_ = 1;
+  size_t optimizer_allocated_bytes_ = 0;
   CpuAllocator host_;
   Tensor tokens_, labels_, loss_mask_;
 };

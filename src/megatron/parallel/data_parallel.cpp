@@ -1,0 +1,130 @@
+#include "megatron/parallel/data_parallel.h"
+
+#include <algorithm>
+#include <map>
+
+#if MEGATRON_WITH_CUDA
+#include "megatron/core/cuda_check.h"
+#include "megatron/runtime/cuda_stream.h"
+#endif
+
+namespace megatron::parallel {
+
+#if MEGATRON_WITH_CUDA
+struct DistributedDataParallel::Streams {
+  CudaStream comm;
+  CudaEvent ready, done;
+  bool used = false;  // something was queued on `comm` this iteration
+};
+#else
+struct DistributedDataParallel::Streams {};
+#endif
+
+int64_t resolve_bucket_size(const DataParallelConfig& config, int dp_size) {
+  if (!config.overlap_grad_reduce) return 0;
+  if (config.bucket_size > 0) return config.bucket_size;
+  return std::max<int64_t>(40'000'000, 1'000'000 * int64_t(dp_size));
+}
+
+DistributedDataParallel::DistributedDataParallel(Context& ctx, const nn::ParameterList& params,
+                                                 comm::Communicator& dp_group, const DataParallelConfig& config)
+    : dp_(dp_group), config_(config), bucket_size_(resolve_bucket_size(config, dp_group.size())) {
+  MEGATRON_CHECK(dp_.device() == ctx.device(), "DistributedDataParallel: the data-parallel ", dp_.describe(),
+                 " works on ", dp_.device(), " tensors but the model lives on ", ctx.device());
+  // One buffer per parameter dtype, in order of first appearance.
+  std::map<DType, std::vector<nn::Parameter*>> by_dtype;
+  std::vector<DType> order;
+  for (nn::Parameter* p : params) {
+    if (!by_dtype.count(p->value.dtype())) order.push_back(p->value.dtype());
+    by_dtype[p->value.dtype()].push_back(p);
+  }
+  buffers_.reserve(order.size());
+  for (DType dt : order)
+    buffers_.emplace_back(ctx, by_dtype[dt], bucket_size_, dp_.size(), config_.use_distributed_optimizer);
+  for (size_t b = 0; b < buffers_.size(); ++b)
+    for (const BufferLayout::Entry& e : buffers_[b].layout().entries)
+      location_[buffers_[b].params()[e.param]] = Where{b, e.bucket, location_.size()};
+  reset_counts();
+#if MEGATRON_WITH_CUDA
+  if (ctx.is_cuda() && config_.overlap_grad_reduce) streams_ = std::make_unique<Streams>();
+#endif
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+void DistributedDataParallel::reset_counts() {
+  final_.assign(location_.size(), false);
+  remaining_.assign(buffers_.size(), {});
+  started_.assign(buffers_.size(), {});
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    for (const BufferLayout::Bucket& bucket : buffers_[b].layout().buckets)
+      remaining_[b].push_back(int(bucket.entries.size()));
+    started_[b].assign(remaining_[b].size(), false);
+  }
+}
+
+std::pair<size_t, size_t> DistributedDataParallel::location(const nn::Parameter* p) const {
+  auto it = location_.find(p);
+  MEGATRON_CHECK(it != location_.end(), "DistributedDataParallel: parameter ", p->name, " is not in its buffers");
+  return {it->second.buffer, it->second.bucket};
+}
+
+std::vector<Tensor> DistributedDataParallel::grad_buffers() const {
+  std::vector<Tensor> out;
+  for (const ParamAndGradBuffer& b : buffers_) out.push_back(b.grads());
+  return out;
+}
+
+void DistributedDataParallel::zero_grads(Context& ctx) {
+  for (ParamAndGradBuffer& b : buffers_) b.zero_grads(ctx);
+  reset_counts();
+}
+
+void DistributedDataParallel::on_grads_final(Context& ctx, const nn::ParameterList& params) {
+  for (const nn::Parameter* p : params) {
+    auto it = location_.find(p);
+    MEGATRON_CHECK(it != location_.end(), "DistributedDataParallel: parameter ", p->name, " is not in its buffers");
+    const Where& w = it->second;
+    MEGATRON_CHECK(!final_[w.index], "DistributedDataParallel: gradient of ", p->name,
+                   " reported final twice in one iteration");
+    final_[w.index] = true;
+    if (--remaining_[w.buffer][w.bucket] == 0) start_bucket(ctx, w.buffer, w.bucket);
+  }
+}
+
+void DistributedDataParallel::start_bucket(Context& ctx, size_t b, size_t k) {
+  if (started_[b][k]) return;
+  started_[b][k] = true;
+  ParamAndGradBuffer& buffer = buffers_[b];
+  const Tensor grads = buffer.bucket_grads(k);
+  StreamHandle stream = ctx.stream();
+#if MEGATRON_WITH_CUDA
+  if (streams_) {  // overlap: the communication stream picks up once backward has written the bucket
+    streams_->ready.record(ctx.stream());
+    streams_->comm.wait(streams_->ready.get());
+    streams_->used = true;
+    stream = streams_->comm.get();
+  }
+#endif
+  if (config_.use_distributed_optimizer) {
+    auto [begin, end] = buffer.shard(k, dp_.rank());
+    dp_.reduce_scatter(buffer.grads().slice(begin, end), grads, comm::ReduceOp::Avg, stream);
+  } else {
+    dp_.all_reduce(grads, comm::ReduceOp::Avg, stream);
+  }
+}
+
+void DistributedDataParallel::finish_grad_sync(Context& ctx) {
+  for (size_t b = 0; b < buffers_.size(); ++b)
+    for (size_t k = 0; k < started_[b].size(); ++k) start_bucket(ctx, b, k);
+#if MEGATRON_WITH_CUDA
+  if (streams_ && streams_->used) {
+    streams_->done.record(streams_->comm.get());
+    CUDA_CHECK(cudaStreamWaitEvent(ctx.stream(), streams_->done.get(), 0));
+    streams_->used = false;
+  }
+#endif
+  reset_counts();
+}
+
+}  // namespace megatron::parallel

@@ -1,0 +1,89 @@
+// DistributedDataParallel: gradient reduction over the data-parallel group, Megatron's DDP
+// (megatron/core/distributed/distributed_data_parallel.py) with its bucketed, overlapped reduction.
+//
+// The model's parameters are grouped by dtype into ParamAndGradBuffers (their main_grads become views of
+// one fp32 buffer, split into buckets in reverse parameter order). Per iteration:
+//   zero_grads()            assigns 0 to every gradient buffer (the backward passes then accumulate +=);
+//   on_grads_final(params)  the hook GPTModel's backward calls (nn::ParamHooks::grads_final) during the
+//                           LAST micro-batch: once every parameter of a bucket is final, the bucket's
+//                           reduction starts right away (--overlap-grad-reduce);
+//   finish_grad_sync()      starts what has not started (everything, without overlap) and makes ctx's
+//                           stream wait for all of it.
+// The reduction averages over the group: all_reduce(Avg) of each bucket, or with the distributed
+// optimizer reduce_scatter(Avg) into this rank's shard of each bucket (the rest of the buffer is then
+// stale and must not be read). Every rank starts the buckets in the same order (bucket 0 first), which
+// the backward order guarantees.
+//
+// Streams: on CUDA with overlap, reductions are queued on a communication stream of this object that
+// waits for ctx's stream (an event recorded when the bucket became ready); finish_grad_sync() makes ctx's
+// stream wait for the communication stream; the host never waits. Without overlap they are queued on
+// ctx's stream. On the CPU (MPI) each reduction completes inside the call that starts it, so "overlap"
+// only changes when it runs (during backward rather than after it).
+//
+// Bucket size: --ddp-bucket-size elements; 0 = Megatron's default max(40M, 1M x DP) with overlap, one
+// bucket per buffer without overlap.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "megatron/comm/communicator.h"
+#include "megatron/parallel/param_and_grad_buffer.h"
+
+namespace megatron::parallel {
+
+struct DataParallelConfig {
+  bool overlap_grad_reduce = false;
+  bool use_distributed_optimizer = false;
+  int64_t bucket_size = 0;  // elements; 0 = Megatron's default (see above)
+};
+
+// The bucket size Megatron would use.
+int64_t resolve_bucket_size(const DataParallelConfig& config, int dp_size);
+
+class DistributedDataParallel {
+ public:
+  // Rebinds the params' main_grads (and values, with the distributed optimizer) into buffers; the
+  // communicator must outlive this object.
+  DistributedDataParallel(Context& ctx, const nn::ParameterList& params, comm::Communicator& dp_group,
+                          const DataParallelConfig& config);
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  void zero_grads(Context& ctx);
+  void on_grads_final(Context& ctx, const nn::ParameterList& params);
+  void finish_grad_sync(Context& ctx);
+
+  const DataParallelConfig& config() const { return config_; }
+  int64_t bucket_size() const { return bucket_size_; }
+  comm::Communicator& dp_group() const { return dp_; }
+  std::vector<ParamAndGradBuffer>& buffers() { return buffers_; }
+  const std::vector<ParamAndGradBuffer>& buffers() const { return buffers_; }
+  // Where a parameter lives: (buffer, bucket).
+  std::pair<size_t, size_t> location(const nn::Parameter* p) const;
+  // Every gradient buffer, whole (what the optimizer reads without the distributed optimizer).
+  std::vector<Tensor> grad_buffers() const;
+
+ private:
+  void start_bucket(Context& ctx, size_t buffer, size_t bucket);
+  void reset_counts();
+
+  comm::Communicator& dp_;
+  DataParallelConfig config_;
+  int64_t bucket_size_ = 0;
+  std::vector<ParamAndGradBuffer> buffers_;
+  struct Where {
+    size_t buffer, bucket, index;  // index: into final_
+  };
+  std::unordered_map<const nn::Parameter*, Where> location_;
+  std::vector<bool> final_;                  // per parameter: reported final this iteration
+  std::vector<std::vector<int>> remaining_;  // per buffer, per bucket: parameters not final yet
+  std::vector<std::vector<bool>> started_;
+  struct Streams;  // CUDA stream and events (CUDA builds)
+  std::unique_ptr<Streams> streams_;
+};
+
+}  // namespace megatron::parallel

@@ -1,0 +1,107 @@
+// The contiguous gradient buffer: Megatron's layout rules (reverse parameter order, bucket closing at
+// bucket_size, distributed-optimizer padding to 64-element parameter starts and lcm(DP, 128)-element
+// buckets, equal shards) and the rebinding of Parameters onto views that keep their values.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "harness.h"
+#include "megatron/ops/elementwise/elementwise.h"
+#include "megatron/parallel/param_and_grad_buffer.h"
+
+namespace megatron::parallel {
+namespace {
+
+TEST(BufferLayout, ReverseOrderAndBucketsWithoutPadding) {
+  // Parameters 0..4 of 10, 20, 30, 40, 50 elements; buckets close at >= 60 elements.
+  BufferLayout l = plan_buffer_layout({10, 20, 30, 40, 50}, 60, 1);
+  ASSERT_EQ(l.entries.size(), 5u);
+  std::vector<size_t> order;
+  for (const auto& e : l.entries) order.push_back(e.param);
+  EXPECT_EQ(order, (std::vector<size_t>{4, 3, 2, 1, 0}));  // backward order
+  EXPECT_EQ(l.entries[0].offset, 0);
+  EXPECT_EQ(l.entries[1].offset, 50);
+  EXPECT_EQ(l.entries[4].offset, 140);
+  // 50 + 40 = 90 >= 60 closes bucket 0; 30 + 20 + 10 = 60 closes bucket 1.
+  ASSERT_EQ(l.buckets.size(), 2u);
+  EXPECT_EQ(l.buckets[0].offset, 0);
+  EXPECT_EQ(l.buckets[0].numel, 90);
+  EXPECT_EQ(l.buckets[0].entries, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(l.buckets[1].offset, 90);
+  EXPECT_EQ(l.buckets[1].numel, 60);
+  EXPECT_EQ(l.numel, 150);
+  // bucket_size 0: one bucket.
+  BufferLayout one = plan_buffer_layout({10, 20, 30}, 0, 1);
+  ASSERT_EQ(one.buckets.size(), 1u);
+  EXPECT_EQ(one.buckets[0].numel, 60);
+  EXPECT_EQ(one.numel, 60);
+}
+
+TEST(BufferLayout, DistributedOptimizerPadding) {
+  for (int dp : {2, 3, 4, 8}) {
+    const std::vector<int64_t> numels = {5, 1000, 7, 333, 64, 1};
+    BufferLayout l = plan_buffer_layout(numels, 900, dp);
+    const int64_t multiple = std::lcm(int64_t(dp), int64_t(128));
+    int64_t covered = 0;
+    for (const auto& b : l.buckets) {
+      EXPECT_EQ(b.offset % multiple, 0) << "dp " << dp;
+      EXPECT_EQ(b.numel % multiple, 0) << "dp " << dp;
+      for (size_t e : b.entries) {
+        const auto& entry = l.entries[e];
+        EXPECT_EQ(entry.offset % 64, 0);
+        EXPECT_EQ(entry.numel, numels[entry.param]);
+        EXPECT_GE(entry.offset, b.offset);
+        EXPECT_LE(entry.offset + entry.numel, b.offset + b.numel);
+        covered += entry.numel;
+      }
+    }
+    EXPECT_EQ(covered, std::accumulate(numels.begin(), numels.end(), int64_t(0)));
+    EXPECT_EQ(l.numel, l.buckets.back().offset + l.buckets.back().numel);
+    // Entries never overlap.
+    for (size_t i = 1; i < l.entries.size(); ++i)
+      EXPECT_GE(l.entries[i].offset, l.entries[i - 1].offset + l.entries[i - 1].numel);
+  }
+}
+
+TEST(ParamAndGradBuffer, RebindsParametersOntoViews) {
+  Context& ctx = testing::cpu_context();
+  std::vector<nn::Parameter> storage;
+  storage.push_back(nn::make_parameter(ctx, "a.weight", {3, 5}, DType::F32, false));
+  storage.push_back(nn::make_parameter(ctx, "a.bias", {5}, DType::F32, true));
+  storage.push_back(nn::make_parameter(ctx, "b.weight", {7, 2}, DType::F32, false));
+  std::vector<nn::Parameter*> params;
+  for (size_t i = 0; i < storage.size(); ++i) {
+    testing::fill_random(storage[i].value, 100 + i);
+    testing::fill_random(storage[i].main_grad, 200 + i);
+    params.push_back(&storage[i]);
+  }
+  std::vector<std::vector<double>> values, grads;
+  for (nn::Parameter* p : params) {
+    values.push_back(testing::to_doubles(ctx, p->value));
+    grads.push_back(testing::to_doubles(ctx, p->main_grad));
+  }
+  ParamAndGradBuffer buffer(ctx, params, 0, 2, /*distributed_optimizer=*/true);
+  for (size_t i = 0; i < params.size(); ++i) {
+    nn::Parameter& p = *params[i];
+    EXPECT_EQ(p.main_grad.storage(), buffer.grads().storage()) << p.name;
+    EXPECT_EQ(p.value.storage(), buffer.values().storage()) << p.name;
+    EXPECT_EQ(testing::to_doubles(ctx, p.value), values[i]) << p.name;
+    EXPECT_EQ(testing::to_doubles(ctx, p.main_grad), grads[i]) << p.name;
+    EXPECT_EQ(p.value.shape(), p.main_grad.shape());
+  }
+  EXPECT_EQ(params[0]->value.dim(0), 3);
+  // Shards split each bucket in two equal halves.
+  auto [s0, s1] = buffer.shard(0, 0);
+  auto [t0, t1] = buffer.shard(0, 1);
+  EXPECT_EQ(s0, 0);
+  EXPECT_EQ(s1, t0);
+  EXPECT_EQ(t1, buffer.layout().buckets[0].numel);
+  buffer.zero_grads(ctx);
+  for (nn::Parameter* p : params)
+    for (double g : testing::to_doubles(ctx, p->main_grad)) EXPECT_EQ(g, 0.0);
+  testing::expect_error([&] { ParamAndGradBuffer(ctx, params, 0, 1, false).bucket_values(0); },
+                        {"bucket_values", "distributed optimizer"});
+}
+
+}  // namespace
+}  // namespace megatron::parallel
