@@ -79,6 +79,7 @@ int run(std::vector<std::string> argv) {
 
   const Device device = args.training.device == "cpu" || cuda_device_count() == 0 ? Device::cpu() : Device::cuda(0);
   auto ctx = Context::create(device);
+  ctx->set_deterministic(args.training.deterministic_mode);
   const DType dtype = args.training.bf16 ? DType::BF16 : (args.training.fp16 ? DType::F16 : DType::F32);
   nn::ModelConfig config = nn::make_model_config(args.model, dtype, uint64_t(args.training.seed));
   config.deterministic = args.training.deterministic_mode;

@@ -105,6 +105,7 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
 
   Device device = pick_device(args.training.device, mpi);
   auto ctx = Context::create(device);
+  ctx->set_deterministic(args.training.deterministic_mode);
   std::shared_ptr<comm::Communicator> world = make_world(mpi, device, args);
   parallel::ParallelContext parallel = parallel::ParallelContext::create(
       world, parallel::ParallelSizes{.tensor_model_parallel = args.parallel.tensor_model_parallel_size,

@@ -70,6 +70,29 @@ std::vector<OpCase> backward_cases() {
   return cases;
 }
 
+// The fused forward + backward (both outputs: losses and lse, and dlogits, in place or not).
+std::vector<OpCase> fused_cases() {
+  std::vector<OpCase> cases;
+  for (const Shape2& s : kShapes)
+    for (DType d : kDtypes)
+      for (bool in_place : {false, true}) {
+        if (in_place && d == DType::F32) continue;
+        OpCase c;
+        c.name = str_cat("fused_", tag(s, d, DType::I64), in_place ? "_inplace" : "");
+        c.inputs = {TensorSpec{{s.tokens, s.vocab}, d, -8, 8}, TensorSpec{{s.tokens}, DType::I64, 0, double(s.vocab)},
+                    TensorSpec{{s.tokens}, DType::F32, -1, 1}};
+        c.outputs = {TensorSpec{{s.tokens}, DType::F32}, TensorSpec{{s.tokens}, DType::F32},
+                     TensorSpec{{s.tokens, s.vocab}, d}};
+        if (in_place) c.output_starts_as_input = {{2, 0}};
+        c.run = [in_place](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+          const Tensor& logits = in_place ? out[2] : in[0];
+          ops::cross_entropy_forward_backward(ctx, out[0], out[1], out[2], in[2], logits, in[1]);
+        };
+        cases.push_back(c);
+      }
+  return cases;
+}
+
 std::vector<OpCase> masked_mean_cases() {
   std::vector<OpCase> cases;
   for (int64_t t : {1, 7, 129, 16384})
@@ -90,7 +113,7 @@ std::vector<OpCase> masked_mean_cases() {
 
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases = forward_cases();
-  for (auto* more : {&backward_cases, &masked_mean_cases})
+  for (auto* more : {&backward_cases, &fused_cases, &masked_mean_cases})
     for (OpCase& c : more()) cases.push_back(std::move(c));
   return cases;
 }
@@ -299,6 +322,14 @@ std::vector<OpCase> large_cases() {
         ops::cross_entropy_backward(ctx, out[1], in[2], out[1], in[1], lse);
       };
       cases.push_back(c);
+      OpCase f = c;
+      f.name = "fused_inplace_" + tag(s, d, DType::I64);
+      f.outputs = {TensorSpec{{s.tokens}, DType::F32}, TensorSpec{{s.tokens}, DType::F32}, TensorSpec{{s.tokens, s.vocab}, d}};
+      f.output_starts_as_input = {{2, 0}};
+      f.run = [](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+        ops::cross_entropy_forward_backward(ctx, out[0], out[1], out[2], in[2], out[2], in[1]);
+      };
+      cases.push_back(f);
     }
   return cases;
 }

@@ -34,6 +34,7 @@ struct TrainRun {
 // Trains on `device` in `dtype` (F32 on the CPU; BF16 or F16 on CUDA).
 TrainRun train_run(const train::Arguments& a, Device device, DType dtype, double* valid_loss = nullptr) {
   auto ctx = Context::create(device);
+  ctx->set_deterministic(a.training.deterministic_mode);
   nn::ModelConfig config = nn::make_model_config(a.model, dtype, uint64_t(a.training.seed));
   config.deterministic = a.training.deterministic_mode;
   nn::GPTModel model(*ctx, config);

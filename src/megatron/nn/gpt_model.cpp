@@ -83,7 +83,7 @@ void call_hook(const std::function<void(const ParameterList&)>& hook, Collect&& 
 }  // namespace
 
 Tensor GPTModel::forward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask,
-                         bool training, uint64_t dropout_step, const ParamHooks& hooks) {
+                         bool training, uint64_t dropout_step, const ParamHooks& hooks, const Tensor& dlosses) {
   MEGATRON_CHECK(tokens.rank() == 2 && labels.shape() == tokens.shape() && loss_mask.shape() == tokens.shape(),
                  "GPTModel: tokens, labels and loss_mask must all be [b, s]; got ", tokens.describe(), ", ",
                  labels.describe(), ", ", loss_mask.describe());
@@ -115,22 +115,22 @@ Tensor GPTModel::forward(Context& ctx, const Tensor& tokens, const Tensor& label
   lse_ = ctx.empty({T}, st);
   labels_ = labels.view({T});
   loss_mask_ = loss_mask.view({T});
-  ops::cross_entropy_forward(ctx, losses, lse_, logits_, labels_);
+  if (dlosses.defined()) {  // training: the loss gradient is known, so the gradient comes out of the same pass
+    ops::cross_entropy_forward_backward(ctx, losses, lse_, logits_, dlosses, logits_, labels_);  // logits_ := dlogits
+  } else {
+    ops::cross_entropy_forward(ctx, losses, lse_, logits_, labels_);
+  }
   Tensor loss = ctx.empty({1}, st);
   ops::masked_mean_loss(ctx, loss, losses, loss_mask_);
   hidden_shape_ = {b, s};
   return loss;
 }
 
-void GPTModel::backward(Context& ctx, double grad_scale, double denominator, const ParamHooks& hooks) {
+void GPTModel::backward(Context& ctx, const ParamHooks& hooks) {
   const int64_t b = hidden_shape_[0], s = hidden_shape_[1], T = b * s, h = config_.hidden();
-  const DType dt = config_.params_dtype, st = config_.stats_dtype();
+  const DType dt = config_.params_dtype;
 
-  // d(grad_scale * sum(loss * mask) / denominator) / d loss[t] = mask[t] * grad_scale / denominator.
-  Tensor dlosses = ctx.empty({T}, st);
-  ops::masked_mean_loss_grad(ctx, dlosses, loss_mask_, denominator / grad_scale);
-  ops::cross_entropy_backward(ctx, logits_, dlosses, logits_, labels_, lse_);  // in place: logits_ := dlogits
-
+  // logits_ already holds dlogits (the forward's fused cross-entropy).
   Tensor dfinal = ctx.empty({T, h}, dt);
   linear_backward(ctx, dfinal, logits_, final_hidden_, output_weight(), nullptr);
   Tensor dhidden = ctx.empty({b, s, h}, dt);
@@ -152,16 +152,26 @@ void GPTModel::backward(Context& ctx, double grad_scale, double denominator, con
 
 double GPTModel::forward_backward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask,
                                   const StepOptions& step) {
-  Tensor loss = forward(ctx, tokens, labels, loss_mask, /*training=*/true, step.dropout_step, step.hooks);
   // Without a denominator from the caller, reading this micro-batch's mask sum costs one synchronisation.
+  const Tensor mask = loss_mask.view({loss_mask.numel()});
   double denominator = step.loss_denominator;
   if (denominator <= 0) {
     Tensor mask_sum = ctx.empty({1}, DType::F32);
-    ops::sum_all(ctx, mask_sum, loss_mask_);
+    ops::sum_all(ctx, mask_sum, mask);
     denominator = read_scalar(ctx, mask_sum);
   }
   // An all-zero mask gives loss 0 and no gradient (Megatron's masked mean would divide by zero).
-  if (denominator != 0.0) backward(ctx, step.grad_scale, denominator, step.hooks);
+  if (denominator == 0.0) {
+    Tensor loss = forward(ctx, tokens, labels, loss_mask, /*training=*/true, step.dropout_step, step.hooks);
+    final_hidden_ = logits_ = lse_ = labels_ = loss_mask_ = Tensor();
+    return read_scalar(ctx, loss);
+  }
+  // d(grad_scale * sum(loss * mask) / denominator) / d loss[t] = mask[t] * grad_scale / denominator, known
+  // before the forward: the cross-entropy computes the loss and its gradient in one pass.
+  Tensor dlosses = ctx.empty({mask.numel()}, config_.stats_dtype());
+  ops::masked_mean_loss_grad(ctx, dlosses, mask, denominator / step.grad_scale);
+  Tensor loss = forward(ctx, tokens, labels, loss_mask, /*training=*/true, step.dropout_step, step.hooks, dlosses);
+  backward(ctx, step.hooks);
   final_hidden_ = logits_ = lse_ = labels_ = loss_mask_ = Tensor();
   return read_scalar(ctx, loss);
 }

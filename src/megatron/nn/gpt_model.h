@@ -78,9 +78,11 @@ class GPTModel {
 
  private:
   // Runs the forward pass; returns the loss as a device scalar.
+  // With `dlosses` (the loss gradient per token, training), the cross-entropy also leaves dlogits in logits_.
   Tensor forward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask, bool training,
-                 uint64_t dropout_step, const ParamHooks& hooks = {});
-  void backward(Context& ctx, double grad_scale, double denominator, const ParamHooks& hooks = {});
+                 uint64_t dropout_step, const ParamHooks& hooks = {}, const Tensor& dlosses = Tensor());
+  // From dlogits (left in logits_ by the forward) down to the embedding.
+  void backward(Context& ctx, const ParamHooks& hooks = {});
 
   ModelConfig config_;
   // Saved by forward for backward.

@@ -33,6 +33,12 @@ class Context {
   ~Context();
 
   Device device() const { return device_; }
+  // Deterministic mode (--deterministic-mode): ops pick their algorithms without timing them (cuBLASLt's
+  // first heuristic choice instead of the fastest of several, measured), so two runs, or a run and its
+  // resume, execute the same kernels and give the same bits. Ops with nondeterministic kernels (attention's
+  // backward) take their own option. Off by default.
+  bool deterministic() const { return deterministic_; }
+  void set_deterministic(bool on) { deterministic_ = on; }
   bool is_cuda() const { return device_.is_cuda(); }
   Allocator& allocator() { return *allocator_; }
   StreamHandle stream() const { return stream_; }
@@ -52,6 +58,7 @@ class Context {
   std::unique_ptr<Allocator> pinned_;
   std::unique_ptr<CudaLibraries> cuda_;
   StreamHandle stream_ = nullptr;
+  bool deterministic_ = false;
 };
 
 // Copies the bytes of `src` into `dst` (any devices; same dtype and number of elements). Queued on

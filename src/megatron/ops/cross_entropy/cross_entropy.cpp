@@ -4,6 +4,8 @@
 #include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
 
+#include <utility>
+
 #if MEGATRON_WITH_CUDA
 #include "megatron/ops/cross_entropy/cuda.h"
 #endif
@@ -64,6 +66,26 @@ void cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& d
   MEGATRON_DISPATCH(ctx,
                     cuda::cross_entropy_backward(ctx, dlogits, dlosses, logits, targets, lse),
                     cpu::cross_entropy_backward(dlogits, dlosses, logits, targets, lse));
+}
+
+void cross_entropy_forward_backward(Context& ctx, const Tensor& losses, const Tensor& lse, const Tensor& dlogits,
+                                    const Tensor& dlosses, const Tensor& logits, const Tensor& targets) {
+  OpCheck check("cross_entropy_forward_backward");
+  check.device(ctx, {{"losses", losses}, {"lse", lse}, {"dlogits", dlogits}, {"dlosses", dlosses}, {"logits", logits},
+                     {"targets", targets}});
+  check_logits(check, ctx, logits, targets);
+  check.dtype("dlogits", dlogits, logits.dtype()).shape("dlogits", dlogits, logits.shape());
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"losses", &losses}, {"lse", &lse}, {"dlosses", &dlosses}}) {
+    check_stat_dtype(check, ctx, name, *t, logits.dtype());
+    check.shape(name, *t, Shape{logits.dim(0)});
+  }
+  check.that(dlogits.storage() != logits.storage() || dlogits.data_ptr() == logits.data_ptr(), "dlogits ",
+             dlogits.describe(), " overlaps logits ", logits.describe(),
+             " without being the same tensor (only exact in-place aliasing is supported)");
+  if (logits.numel() == 0) return;
+  MEGATRON_DISPATCH(ctx, cuda::cross_entropy_forward_backward(ctx, losses, lse, dlogits, dlosses, logits, targets),
+                    (cpu::cross_entropy_forward(losses, lse, logits, targets),
+                     cpu::cross_entropy_backward(dlogits, dlosses, logits, targets, lse)));
 }
 
 void masked_mean_loss(Context& ctx, const Tensor& out, const Tensor& losses, const Tensor& loss_mask) {

@@ -4,8 +4,10 @@
 // TRANSB follows transpose_a; its A/B scale pointers are our b_scale/a_scale; the bias (length N) is per row
 // of D^T, as the BIAS epilogue wants; BGRADB (reduction of cuBLASLt's B over k) gives row sums of op(A).
 //
-// Plans (descriptors + the heuristic's best algorithm) are cached per call signature, including the
-// alignment of every pointer (cuBLASLt picks kernels by alignment). When a fused epilogue is impossible
+// Plans (descriptors + an algorithm) are cached per call signature, including the alignment of every
+// pointer (cuBLASLt picks kernels by alignment). The algorithm is the fastest of up to 8 heuristic candidates,
+// timed once on the call's own inputs when the plan is built, or the heuristic's first choice when the
+// context is deterministic (timing could pick differently from run to run). When a fused epilogue is impossible
 // (GELU aux needs N % 8 == 0) or the heuristic offers no algorithm for it, the plain matmul runs and the
 // epilogue / bias gradient follow as small kernels (not for fp8 D or amax, where that would change results).
 #include "megatron/ops/gemm/cuda.h"
@@ -229,8 +231,72 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
   return layout;
 }
 
-// Descriptors + the heuristic's best algorithm; nullptr when cuBLASLt offers no algorithm.
-std::shared_ptr<LtPlan> build_plan(CudaLibraries& lib, const Call& c, bool fused) {
+// How many of the heuristic's candidates are timed when the plan is built (1 in deterministic mode).
+constexpr int kAutotuneCandidates = 8;
+
+// Runs each candidate algorithm a few times on the call's real inputs, with scratch buffers for everything
+// the matmul writes (D, the GELU aux output, the bias gradient, amax), and returns the index of the fastest.
+// Candidates cuBLASLt fails to run are skipped. Costs a few milliseconds per plan, once.
+int fastest_candidate(Context& ctx, const LtPlan& p, const Call& c, const cublasLtMatmulHeuristicResult_t* results,
+                      int count) {
+  CudaLibraries& lib = ctx.cuda_libraries();
+  cudaStream_t stream = ctx.stream();
+  const Tensor d_scratch = ctx.empty(c.d.shape(), c.d.dtype());
+  CUDA_CHECK(cudaMemsetAsync(d_scratch.data_ptr(), 0, d_scratch.nbytes(), stream));
+  Tensor aux_scratch, bgrad_scratch, amax_scratch;
+  Call scratch = c;
+  if (c.has_aux) {
+    aux_scratch = ctx.empty(c.d.shape(), c.d.dtype());
+    scratch.aux_ptr = aux_scratch.data_ptr();
+  }
+  if (c.has_bgrad) {
+    bgrad_scratch = ctx.empty(c.opt.bias_grad_out.shape(), c.opt.bias_grad_out.dtype());
+    scratch.bias_ptr = bgrad_scratch.data_ptr();
+  }
+  GemmOptions opt = c.opt;
+  if (opt.d_amax_out.defined()) {
+    amax_scratch = ctx.empty(Shape{1}, DType::F32);
+    opt.d_amax_out = amax_scratch;
+  }
+  Call timed{c.d, c.a, c.b, opt, c.g};
+  timed.fp8 = c.fp8, timed.d_fp8 = c.d_fp8, timed.has_bias = c.has_bias, timed.has_gelu = c.has_gelu;
+  timed.has_aux = c.has_aux, timed.has_bgrad = c.has_bgrad, timed.has_dgelu = c.has_dgelu;
+  timed.bias_ptr = scratch.bias_ptr, timed.aux_ptr = scratch.aux_ptr;
+  set_pointers(p, timed);
+  void* c_ptr = c.d_fp8 ? nullptr : d_scratch.data_ptr();
+  const float alpha = c.opt.alpha, beta = c.opt.beta;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  int best = 0;
+  float best_ms = 0;
+  for (int i = 0; i < count; ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(lib.cublaslt, p.desc, &alpha, c.b.data_ptr(), p.a, c.a.data_ptr(), p.b, &beta, c_ptr, p.c,
+                            d_scratch.data_ptr(), p.d, &results[i].algo, lib.cublaslt_workspace.data_ptr(),
+                            CudaLibraries::kCublasLtWorkspaceBytes, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate that cannot run is skipped
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    constexpr int kRepeats = 3;
+    for (int r = 0; r < kRepeats; ++r) run();
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i == 0 || ms < best_ms) best = i, best_ms = ms;
+  }
+  (void)cudaGetLastError();
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  set_pointers(p, c);  // back to the call's own outputs
+  return best;
+}
+
+// Descriptors + the best algorithm (the fastest of the heuristic's candidates, timed; the first candidate in
+// deterministic mode); nullptr when cuBLASLt offers no algorithm.
+std::shared_ptr<LtPlan> build_plan(Context& ctx, const Call& c, bool fused) {
+  CudaLibraries& lib = ctx.cuda_libraries();
   const GemmOptions& opt = c.opt;
   const GemmDims& g = c.g;
   auto p = std::make_shared<LtPlan>();
@@ -291,17 +357,19 @@ std::shared_ptr<LtPlan> build_plan(CudaLibraries& lib, const Call& c, bool fused
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c.align_c);
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c.align_d);
 
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates]{};
   int found = 0;
+  const int wanted = ctx.deterministic() ? 1 : kAutotuneCandidates;
   cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(lib.cublaslt, p->desc, p->a, p->b, p->c, p->d, pref, 1, &result, &found);
+      cublasLtMatmulAlgoGetHeuristic(lib.cublaslt, p->desc, p->a, p->b, p->c, p->d, pref, wanted, results, &found);
   if (status == CUBLAS_STATUS_SUCCESS && found == 0) return nullptr;
   // A fused epilogue cuBLASLt rejects (for whatever reason) falls back to the plain plan, whose own failure,
   // if any, is the one reported.
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status != CUBLAS_STATUS_SUCCESS && epilogue != CUBLASLT_EPILOGUE_DEFAULT))
     return nullptr;
   CUBLAS_CHECK_MSG(status, " (cublasLtMatmulAlgoGetHeuristic for ", c.what(), ")");
-  p->algo = result.algo;
+  const int best = found > 1 ? fastest_candidate(ctx, *p, c, results, found) : 0;
+  p->algo = results[best].algo;
   return p;
 }
 
@@ -388,7 +456,7 @@ void gemm(Context& ctx, const Tensor& d, const Tensor& a, const Tensor& b, const
   c.align_bias = c.bias_ptr != nullptr ? alignment_of(c.bias_ptr, 0) : 0u;
   c.align_aux = c.aux_ptr != nullptr ? alignment_of(c.aux_ptr, batched ? g.stride_d() * es_d : 0) : 0u;
 
-  const std::string key = c.key();
+  const std::string key = c.key() + (ctx.deterministic() ? "|deterministic" : "|autotuned");
   LtPlan* plan = lib.get_plan<LtPlan>(key);
   if (plan == nullptr) {
     const bool wants_epilogue = opt.epilogue != GemmEpilogue::None || c.has_bgrad;
@@ -398,8 +466,8 @@ void gemm(Context& ctx, const Tensor& d, const Tensor& a, const Tensor& b, const
     // The unfused path rounds D before the epilogue: not for fp8 D (scaled, saturated) or amax (pre-epilogue).
     const bool fallback_ok = !c.d_fp8 && !opt.d_amax_out.defined();
     std::shared_ptr<LtPlan> p;
-    if (fusable && (kFuseBiasGrad || !c.has_bgrad)) p = build_plan(lib, c, /*fused=*/true);
-    if (p == nullptr && wants_epilogue && fallback_ok) p = build_plan(lib, c, /*fused=*/false);
+    if (fusable && (kFuseBiasGrad || !c.has_bgrad)) p = build_plan(ctx, c, /*fused=*/true);
+    if (p == nullptr && wants_epilogue && fallback_ok) p = build_plan(ctx, c, /*fused=*/false);
     if (p == nullptr)
       MEGATRON_FAIL("gemm: cuBLASLt offers no algorithm for ", c.what(),
                     fusable ? "" : " (the fused GELU aux output needs N and M*N to be multiples of 8)");
