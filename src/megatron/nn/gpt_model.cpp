@@ -152,6 +152,11 @@ void GPTModel::backward(Context& ctx, const ParamHooks& hooks) {
 
 double GPTModel::forward_backward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask,
                                   const StepOptions& step) {
+  return read_scalar(ctx, forward_backward_async(ctx, tokens, labels, loss_mask, step));
+}
+
+Tensor GPTModel::forward_backward_async(Context& ctx, const Tensor& tokens, const Tensor& labels,
+                                        const Tensor& loss_mask, const StepOptions& step) {
   // Without a denominator from the caller, reading this micro-batch's mask sum costs one synchronisation.
   const Tensor mask = loss_mask.view({loss_mask.numel()});
   double denominator = step.loss_denominator;
@@ -164,7 +169,7 @@ double GPTModel::forward_backward(Context& ctx, const Tensor& tokens, const Tens
   if (denominator == 0.0) {
     Tensor loss = forward(ctx, tokens, labels, loss_mask, /*training=*/true, step.dropout_step, step.hooks);
     final_hidden_ = logits_ = lse_ = labels_ = loss_mask_ = Tensor();
-    return read_scalar(ctx, loss);
+    return loss;
   }
   // d(grad_scale * sum(loss * mask) / denominator) / d loss[t] = mask[t] * grad_scale / denominator, known
   // before the forward: the cross-entropy computes the loss and its gradient in one pass.
@@ -173,7 +178,7 @@ double GPTModel::forward_backward(Context& ctx, const Tensor& tokens, const Tens
   Tensor loss = forward(ctx, tokens, labels, loss_mask, /*training=*/true, step.dropout_step, step.hooks, dlosses);
   backward(ctx, step.hooks);
   final_hidden_ = logits_ = lse_ = labels_ = loss_mask_ = Tensor();
-  return read_scalar(ctx, loss);
+  return loss;
 }
 
 double GPTModel::forward_loss(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask) {

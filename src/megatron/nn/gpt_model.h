@@ -9,7 +9,8 @@
 //   Hidden/embedding dropout is on (training mode) with Philox offsets derived from step.dropout_step, which
 //   must differ for every micro-batch of every iteration (e.g. iteration * num_micro_batches + micro_batch).
 // forward_loss(...): the same loss, eval mode (no dropout), no gradients.
-// Both return after synchronising with ctx's stream (the loss is read on the host, after the backward).
+// Both return after synchronising with ctx's stream (the loss is read on the host, after the backward);
+// forward_backward_async returns the loss as a device scalar instead, without synchronising.
 // Saved activations are released at the end of each call.
 //
 // Tied embeddings (the default): the output layer multiplies by embedding.word_embeddings' value and adds
@@ -61,6 +62,10 @@ class GPTModel {
   // biases 0, norm weights 1; Philox (config.seed, offset = hash of the parameter name).
   void init(Context& ctx);
 
+  // The same, returning the loss as a device scalar (stats dtype, [1]) without waiting for the GPU (with
+  // step.loss_denominator given); the trainer adds the micro-batches' losses on the device.
+  Tensor forward_backward_async(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask,
+                                const StepOptions& step = {});
   double forward_backward(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask,
                           const StepOptions& step = {});
   double forward_loss(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask);

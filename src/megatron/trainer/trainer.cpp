@@ -13,6 +13,18 @@ std::vector<optim::AdamWParam> adamw_params(const nn::ParameterList& params) {
   return out;
 }
 
+double read_scalar(Context& ctx, const Tensor& t) {
+  double v = 0;
+  if (t.dtype() == DType::F64) {
+    copy_tensor(ctx, Tensor::from_blob(&v, {1}, DType::F64, Device::cpu()), t);
+  } else {
+    float f = 0;
+    copy_tensor(ctx, Tensor::from_blob(&f, {1}, DType::F32, Device::cpu()), t);
+    v = f;
+  }
+  return v;
+}
+
 }  // namespace
 
 Trainer::Trainer(Context& ctx, const train::Arguments& args, nn::GPTModel& model)
@@ -78,17 +90,23 @@ size_t Trainer::optimizer_state_bytes() const {
   return dist_optimizer_ ? dist_optimizer_->state_bytes() : optimizer_->state_bytes();
 }
 
-void Trainer::load_micro_batch(const Tensor& samples) {
+Trainer::HostMicroBatch Trainer::prepare_micro_batch(SampleStream& data) {
+  const Tensor samples = next_micro_batch(data);
   const int64_t b = samples.dim(0), width = samples.dim(1), s = width - 1;
-  Tensor tokens = Tensor::empty(Shape{b, s}, DType::I64, host_), labels = Tensor::empty(Shape{b, s}, DType::I64, host_);
+  HostMicroBatch mb{Tensor::empty(Shape{b, s}, DType::I64, host_), Tensor::empty(Shape{b, s}, DType::I64, host_)};
   const int64_t* src = samples.data<int64_t>();
   for (int64_t i = 0; i < b; ++i)
     for (int64_t j = 0; j < s; ++j) {
-      tokens.data<int64_t>()[i * s + j] = src[i * width + j];
-      labels.data<int64_t>()[i * s + j] = src[i * width + j + 1];
+      mb.tokens.data<int64_t>()[i * s + j] = src[i * width + j];
+      mb.labels.data<int64_t>()[i * s + j] = src[i * width + j + 1];
     }
-  copy_tensor(ctx_, tokens_, tokens);
-  copy_tensor(ctx_, labels_, labels);
+  return mb;
+}
+
+void Trainer::upload(const HostMicroBatch& mb) {
+  // Stream-ordered after the kernels of the previous micro-batch that read tokens_ and labels_.
+  copy_tensor(ctx_, tokens_, mb.tokens);
+  copy_tensor(ctx_, labels_, mb.labels);
 }
 
 Tensor Trainer::next_micro_batch(SampleStream& data) {
@@ -122,9 +140,13 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   const int M = num_micro_batches_;
   const uint64_t dp = uint64_t(parallel_->dp_size()), dp_rank = uint64_t(parallel_->dp().rank());
   const bool overlap_gather = dist_optimizer_ && args_.parallel.overlap_param_gather;
-  double loss_sum = 0;
+  // Nothing here waits for the GPU: the losses add up on the device and are read once, after the last
+  // micro-batch, and the host prepares micro-batch m + 1 while the GPU runs micro-batch m.
+  Tensor loss_sum = ctx_.empty(Shape{1}, model_.config().stats_dtype());
+  ops::fill(ctx_, loss_sum, 0.0);
+  HostMicroBatch next = prepare_micro_batch(train_data);
   for (int m = 0; m < M; ++m) {
-    load_micro_batch(next_micro_batch(train_data));
+    upload(next);
     nn::StepOptions step{.dropout_step = (uint64_t(iteration) * uint64_t(M) + uint64_t(m)) * dp + dp_rank,
                          .grad_scale = loss_scale / M,
                          // The mask is all ones: its sum is known here, which saves a device read.
@@ -134,11 +156,12 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
       step.hooks.before_forward = [this](const nn::ParameterList& l) { dist_optimizer_->wait_for_params(ctx_, l); };
     if (m == M - 1 && args_.parallel.overlap_grad_reduce)  // reduce each bucket once its gradients are final
       step.hooks.grads_final = [this](const nn::ParameterList& l) { ddp_->on_grads_final(ctx_, l); };
-    loss_sum += model_.forward_backward(ctx_, tokens_, labels_, loss_mask_, step);
+    ops::add(ctx_, loss_sum, loss_sum, model_.forward_backward_async(ctx_, tokens_, labels_, loss_mask_, step));
     if (m == 0 && dist_optimizer_) dist_optimizer_->finish_param_gather(ctx_);
+    if (m + 1 < M) next = prepare_micro_batch(train_data);
   }
   ddp_->finish_grad_sync(ctx_);
-  double loss[1] = {loss_sum / M};
+  double loss[1] = {read_scalar(ctx_, loss_sum) / M};
   parallel_->dp_cp().comm->all_reduce_host(loss, comm::ReduceOp::Avg);
   r.loss = loss[0];
   r.nan_loss = !std::isfinite(r.loss);
@@ -167,7 +190,7 @@ double Trainer::evaluate(SampleStream& data) {
   int64_t count = 0;
   for (int64_t it = 0; it < args_.training.eval_iters; ++it)
     for (int m = 0; m < num_micro_batches_; ++m) {
-      load_micro_batch(next_micro_batch(data));
+      upload(prepare_micro_batch(data));
       sum += model_.forward_loss(ctx_, tokens_, labels_, loss_mask_);
       ++count;
     }

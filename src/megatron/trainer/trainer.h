@@ -69,8 +69,13 @@ class Trainer {
  private:
   // Builds the data-parallel buffers and the optimizer (both constructors).
   void setup();
-  // Splits samples [mbs, s+1] into tokens, labels and an all-ones loss mask on the device.
-  void load_micro_batch(const Tensor& samples);
+  // This rank's next micro-batch, split on the host into tokens and labels (samples [mbs, s + 1]).
+  struct HostMicroBatch {
+    Tensor tokens, labels;
+  };
+  HostMicroBatch prepare_micro_batch(SampleStream& data);
+  // Copies it into tokens_ and labels_ (the loss mask stays all ones).
+  void upload(const HostMicroBatch& mb);
   // This rank's next micro-batch of `data` (Megatron's sampler slicing).
   Tensor next_micro_batch(SampleStream& data);
   // The gradients this rank passes to unscaling, the norm and clipping, and the groups they reduce over.

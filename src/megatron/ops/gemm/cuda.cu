@@ -234,36 +234,24 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
 // How many of the heuristic's candidates are timed when the plan is built (1 in deterministic mode).
 constexpr int kAutotuneCandidates = 8;
 
-// Runs each candidate algorithm a few times on the call's real inputs, with scratch buffers for everything
-// the matmul writes (D, the GELU aux output, the bias gradient, amax), and returns the index of the fastest.
-// Candidates cuBLASLt fails to run are skipped. Costs a few milliseconds per plan, once.
+// Runs each candidate algorithm a few times on the call's real inputs and returns the index of the fastest.
+// Everything the matmul writes (D, the GELU aux output, the bias gradient, amax) is assigned by the real call
+// that follows, so the timing runs write into the call's own outputs; only an accumulating call (beta != 0,
+// which reads D) gets a scratch D, so no input of the real call is disturbed and no output-sized buffer is
+// allocated for the big assigning gemms (the logits). Candidates cuBLASLt fails to run are skipped. Costs a
+// few milliseconds per plan, once.
 int fastest_candidate(Context& ctx, const LtPlan& p, const Call& c, const cublasLtMatmulHeuristicResult_t* results,
                       int count) {
   CudaLibraries& lib = ctx.cuda_libraries();
   cudaStream_t stream = ctx.stream();
-  const Tensor d_scratch = ctx.empty(c.d.shape(), c.d.dtype());
-  CUDA_CHECK(cudaMemsetAsync(d_scratch.data_ptr(), 0, d_scratch.nbytes(), stream));
-  Tensor aux_scratch, bgrad_scratch, amax_scratch;
-  Call scratch = c;
-  if (c.has_aux) {
-    aux_scratch = ctx.empty(c.d.shape(), c.d.dtype());
-    scratch.aux_ptr = aux_scratch.data_ptr();
+  Tensor d_scratch;
+  void* d_ptr = c.d.data_ptr();
+  if (c.opt.beta != 0.0f) {
+    d_scratch = ctx.empty(c.d.shape(), c.d.dtype());
+    CUDA_CHECK(cudaMemsetAsync(d_scratch.data_ptr(), 0, d_scratch.nbytes(), stream));
+    d_ptr = d_scratch.data_ptr();
   }
-  if (c.has_bgrad) {
-    bgrad_scratch = ctx.empty(c.opt.bias_grad_out.shape(), c.opt.bias_grad_out.dtype());
-    scratch.bias_ptr = bgrad_scratch.data_ptr();
-  }
-  GemmOptions opt = c.opt;
-  if (opt.d_amax_out.defined()) {
-    amax_scratch = ctx.empty(Shape{1}, DType::F32);
-    opt.d_amax_out = amax_scratch;
-  }
-  Call timed{c.d, c.a, c.b, opt, c.g};
-  timed.fp8 = c.fp8, timed.d_fp8 = c.d_fp8, timed.has_bias = c.has_bias, timed.has_gelu = c.has_gelu;
-  timed.has_aux = c.has_aux, timed.has_bgrad = c.has_bgrad, timed.has_dgelu = c.has_dgelu;
-  timed.bias_ptr = scratch.bias_ptr, timed.aux_ptr = scratch.aux_ptr;
-  set_pointers(p, timed);
-  void* c_ptr = c.d_fp8 ? nullptr : d_scratch.data_ptr();
+  void* c_ptr = c.d_fp8 ? nullptr : d_ptr;
   const float alpha = c.opt.alpha, beta = c.opt.beta;
   cudaEvent_t start = nullptr, stop = nullptr;
   CUDA_CHECK(cudaEventCreate(&start));
@@ -273,7 +261,7 @@ int fastest_candidate(Context& ctx, const LtPlan& p, const Call& c, const cublas
   for (int i = 0; i < count; ++i) {
     auto run = [&] {
       return cublasLtMatmul(lib.cublaslt, p.desc, &alpha, c.b.data_ptr(), p.a, c.a.data_ptr(), p.b, &beta, c_ptr, p.c,
-                            d_scratch.data_ptr(), p.d, &results[i].algo, lib.cublaslt_workspace.data_ptr(),
+                            d_ptr, p.d, &results[i].algo, lib.cublaslt_workspace.data_ptr(),
                             CudaLibraries::kCublasLtWorkspaceBytes, stream);
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate that cannot run is skipped
@@ -289,7 +277,6 @@ int fastest_candidate(Context& ctx, const LtPlan& p, const Call& c, const cublas
   (void)cudaGetLastError();
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  set_pointers(p, c);  // back to the call's own outputs
   return best;
 }
 
