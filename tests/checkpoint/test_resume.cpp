@@ -2,8 +2,9 @@
 // same losses for iterations k+1..N, bit for bit, as the uninterrupted run (fp32 on the CPU; mock data and a
 // real .bin/.idx dataset, hidden dropout on, so the data position and the RNG both matter). The same
 // through the pretrain_gpt binary (--save/--exit-interval, then --load), comparing Megatron's log lines.
-// Also: --finetune loads weights only, --no-load-optim rebuilds the optimizer, and an architecture
-// mismatch is refused with every difference listed.
+// Also two ranks through mpiexec (distributed optimizer, asynchronous saves), resumed at two ranks and
+// loaded by one. Also: --finetune loads weights only, --no-load-optim rebuilds the optimizer, and an
+// architecture mismatch is refused with every difference listed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -216,9 +217,11 @@ TEST(Resume, FinetuneNoLoadOptimAndArchitectureMismatch) {
 }
 
 #ifdef PRETRAIN_GPT_EXE
-// Runs pretrain_gpt and returns its log lines' "iteration N ... lm loss ... grad norm" parts, by iteration.
-std::map<int64_t, std::string> run_pretrain(const std::string& flags, const fs::path& log) {
-  const std::string cmd = std::string(PRETRAIN_GPT_EXE) + " " + flags + " > " + log.string() + " 2>&1";
+// Runs pretrain_gpt (under `launcher`, e.g. mpiexec) and returns its log lines' "iteration N ... lm loss ...
+// grad norm" parts, by iteration.
+std::map<int64_t, std::string> run_pretrain(const std::string& flags, const fs::path& log,
+                                            const std::string& launcher = "") {
+  const std::string cmd = launcher + std::string(PRETRAIN_GPT_EXE) + " " + flags + " > " + log.string() + " 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(log);
   std::map<int64_t, std::string> out;
@@ -250,6 +253,38 @@ TEST(Resume, PretrainGptSaveExitAndLoadContinueTheSameLosses) {
   std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(text.find("resuming at iteration 7"), std::string::npos);
 }
+
+#ifdef MPIEXEC
+TEST(Resume, PretrainGptDataParallelSavesResumeAndLoadInOneProcess) {
+  // Two ranks with the distributed optimizer and asynchronous saves (published by the per-iteration poll);
+  // resumed at two ranks it continues bit for bit; one process with the replicated optimizer loads it too.
+  fs::path dir = testing::make_temp_dir("resume_binary_dp");
+  std::string flags;
+  for (const std::string& s : base_flags(10)) flags += s + " ";
+  flags += "--device cpu --log-interval 1 --data-path " + write_dataset(dir) + " --split 90,5,5 --vocab-size 512 " +
+           "--data-cache-path " + (dir / "cache").string();
+  const std::string two = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + MPIEXEC +
+                          " --oversubscribe -np 2 ";
+  const std::string dist = " --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 4000";
+  auto full = run_pretrain(flags + dist, dir / "full.log", two);
+  ASSERT_EQ(full.size(), 10u);
+  const std::string ckpt = (dir / "ckpt").string();
+  auto first = run_pretrain(flags + dist + " --save " + ckpt + " --save-interval 2 --exit-interval 6 --async-save",
+                            dir / "first.log", two);
+  EXPECT_EQ(first.size(), 6u);
+  EXPECT_EQ(saved_iterations(ckpt), (std::vector<int64_t>{2, 4, 6}));
+  CheckpointReader reader = CheckpointReader::open(ckpt);
+  EXPECT_TRUE(fs::exists(reader.directory() / "rank_00001.safetensors"));
+  auto second = run_pretrain(flags + dist + " --load " + ckpt, dir / "second.log", two);
+  ASSERT_EQ(second.size(), 4u) << "iterations 7..10 after resuming";
+  for (int64_t it = 7; it <= 10; ++it) EXPECT_EQ(second[it], full[it]) << "iteration " << it;
+  auto single = run_pretrain(flags + " --load " + ckpt, dir / "single.log");
+  EXPECT_EQ(single.size(), 4u);
+  std::ifstream log(dir / "single.log");
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("resuming at iteration 7"), std::string::npos);
+}
+#endif
 #endif
 
 }  // namespace
