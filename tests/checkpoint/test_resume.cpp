@@ -216,6 +216,51 @@ TEST(Resume, FinetuneNoLoadOptimAndArchitectureMismatch) {
                          "--swiglu: checkpoint False, this run True", "--kv-channels: checkpoint 8, this run 16"});
 }
 
+TEST(Resume, SaveItemsSpreadReplicasOverDataParallelRanksAndFollowThePlacement) {
+  std::vector<std::string> f = base_flags(8);
+  f.insert(f.end(), {"--mock-data", "--vocab-size", "4096", "--bf16"});
+  TrainingRun run(make_args(f), DType::BF16, 11);
+  // Replicated optimizer at DP=3: each piece is replica 0 on exactly one of the three ranks.
+  std::map<std::string, int> writers;
+  size_t count = 0;
+  for (int rank = 0; rank < 3; ++rank) {
+    TrainingState s = run.state();
+    s.dp_rank = rank;
+    s.dp_size = 3;
+    const std::vector<SaveItem> items = training_save_items(s, true);
+    count = items.size();
+    for (const SaveItem& item : items) {
+      EXPECT_LT(item.spec.replica_id, 3) << item.spec.describe();
+      if (item.spec.replica_id == 0) ++writers[item.spec.key];
+    }
+  }
+  EXPECT_EQ(writers.size(), count);
+  for (const auto& [key, n] : writers) EXPECT_EQ(n, 1) << key;
+  // A placement (what a TP layer reports): the first weight as the second row block of a tensor twice as
+  // tall, and the final norm as a copy held by TP rank 1 (replica ids from DP upwards: never written here).
+  nn::ParameterList params = run.model->parameters();
+  const nn::Parameter* first = params.front();
+  TrainingState s = run.state();
+  s.placement = [&](const nn::Parameter& p) {
+    ParameterPlacement where{p.value.shape().dims(), std::vector<int64_t>(size_t(p.value.rank()), 0), 0};
+    if (&p == first) {
+      where.global_shape[0] *= 2;
+      where.global_offset[0] = p.value.dim(0);
+    }
+    if (p.name.find("final_layernorm") != std::string::npos) where.tp_replica = 1;
+    return where;
+  };
+  for (const SaveItem& item : training_save_items(s, true)) {
+    if (item.spec.key.find(first->name) != std::string::npos) {
+      EXPECT_EQ(item.spec.global_shape[0], 2 * first->value.dim(0)) << item.spec.describe();
+      EXPECT_EQ(item.spec.global_offset[0], first->value.dim(0)) << item.spec.describe();
+    }
+    if (item.spec.key.find("final_layernorm") != std::string::npos) {
+      EXPECT_EQ(item.spec.replica_id, 1) << item.spec.key;
+    }
+  }
+}
+
 #ifdef PRETRAIN_GPT_EXE
 // Runs pretrain_gpt (under `launcher`, e.g. mpiexec) and returns its log lines' "iteration N ... lm loss ...
 // grad norm" parts, by iteration.

@@ -94,7 +94,8 @@ struct SaveReport {
 // Saves at state.iteration under `root`; collective over `world` (nullptr: a world of one), each rank
 // with its own state. With `async` (whose world must be the same) the snapshot is staged here, the write
 // happens on its background thread and the next optimizer step waits for the staging copies
-// (AdamW::before_next_update); without, the checkpoint is published when this returns. With the
+// (AdamW::before_next_update: `async` must outlive the optimizer's next step(), or the optimizer); without,
+// the checkpoint is published when this returns. With the
 // distributed optimizer and --overlap-param-gather, the caller first makes ctx's stream wait for the
 // parameter all-gathers (DistributedOptimizer::finish_param_gather): the snapshot reads the parameters.
 SaveReport save_training_checkpoint(Context& ctx, const std::filesystem::path& root, const TrainingState& state,
