@@ -72,7 +72,7 @@ overhead "$OUT/ckpt_async.log" async
 rm -rf "$CK/async"
 
 echo "== 2. load"
-$P $GPT2 --global-batch-size 8 --train-iters 22 --hidden-dropout 0 --load "$CK/sync" > "$OUT/ckpt_load.log" 2>&1
+$P $GPT2 --global-batch-size 256 --train-iters 22 --hidden-dropout 0 --load "$CK/sync" > "$OUT/ckpt_load.log" 2>&1
 grep -E "loaded checkpoint|error" "$OUT/ckpt_load.log"
 
 echo "== 3. generate on CUDA from that checkpoint (KV cache, bf16; ids: no tokenizer on this machine)"
