@@ -97,11 +97,6 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
 #endif
   train::resolve_and_validate(args);
   if (eod < 0) eod = args.model.vocab_size - 1;
-  // Checkpoints are written and read by one rank holding the whole model; the per-rank shards of a parallel
-  // layout (the format supports them: docs/checkpoint.md) are not wired to the distributed runtime yet.
-  MEGATRON_CHECK(mpi.world_size() == 1 || (args.checkpoint.save.empty() && args.checkpoint.load.empty()),
-                 "--save/--load with ", mpi.world_size(), " ranks: checkpoints of a parallel run are not supported "
-                 "yet; save or load with a single process");
 
   Device device = pick_device(args.training.device, mpi);
   auto ctx = Context::create(device);
@@ -166,9 +161,21 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
   }
 
   // --- checkpoints (issue 7): resume, and the save rule (every --save-interval and when the run stops).
+  // Every rank saves its own pieces and loads what it holds (docs/checkpoint.md); rank 0 reports totals.
+  const optim::DistributedOptimizer* dist_optimizer = trainer.distributed_optimizer();
   checkpoint::TrainingState ckpt_state{.model = &model, .optimizer = &trainer.optimizer(),
+                                       .optimizer_ranges = dist_optimizer ? dist_optimizer->param_ranges()
+                                                                          : std::vector<optim::DistributedOptimizer::ParamRange>{},
+                                       .dp_rank = parallel.dp().rank(), .dp_size = parallel.dp_size(),
                                        .scheduler = &trainer.mutable_scheduler(),
                                        .scaler = trainer.mutable_loss_scaler(), .args = &args};
+  // Sum of bytes and maximum of seconds over the ranks (every rank calls it: a collective).
+  auto totals = [&](double bytes, double seconds) {
+    double sum[1] = {bytes}, max[1] = {seconds};
+    world->all_reduce_host(sum, comm::ReduceOp::Sum);
+    world->all_reduce_host(max, comm::ReduceOp::Max);
+    return std::pair<double, double>{sum[0], max[0]};
+  };
   int64_t start_iteration = 0;
   if (loaded_preview) {
     checkpoint::CheckpointReader reader = checkpoint::CheckpointReader::open(loaded_preview->directory);
@@ -177,13 +184,15 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
     start_iteration = loaded.iteration;
     train_stream.set_consumed(loaded.consumed_train_samples);
     valid_stream.set_consumed(loaded.consumed_valid_samples);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::cout << "loaded checkpoint " << reader.directory().string() << " (iteration " << reader.iteration()
-              << (loaded.optimizer_loaded ? ", with optimizer state" : ", weights only") << "): "
-              << double(loaded.bytes) / 1e9 << " GB in " << seconds << " s (" << double(loaded.bytes) / 1e9 / seconds
-              << " GB/s); resuming at iteration " << start_iteration + 1 << "\n";
+    const auto [bytes, seconds] =
+        totals(double(loaded.bytes), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (first_rank)
+      std::cout << "loaded checkpoint " << reader.directory().string() << " (iteration " << reader.iteration()
+                << (loaded.optimizer_loaded ? ", with optimizer state" : ", weights only") << "): " << bytes / 1e9
+                << " GB read" << (mpi.world_size() > 1 ? " by all ranks" : "") << " in " << seconds << " s ("
+                << bytes / 1e9 / seconds << " GB/s); resuming at iteration " << start_iteration + 1 << "\n";
   }
-  checkpoint::AsyncSaver async_saver;
+  checkpoint::AsyncSaver async_saver(world.get());
   int64_t last_saved = -1;
   auto save = [&](int64_t iteration) {
     if (ckpt.save.empty() || iteration == last_saved) return;
@@ -191,14 +200,37 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
     ckpt_state.consumed_train_samples = train_stream.consumed();
     ckpt_state.consumed_valid_samples = valid_stream.consumed();
     const auto t0 = std::chrono::steady_clock::now();
-    const uint64_t bytes = checkpoint::save_training_checkpoint(*ctx, ckpt.save, ckpt_state, ckpt,
-                                                                ckpt.async_save ? &async_saver : nullptr);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // Async: the time the training thread was held (waiting for the previous save, then the snapshot).
-    std::cout << (ckpt.async_save ? "snapshot for an asynchronous save" : "saved checkpoint") << " at iteration "
-              << iteration << " to " << ckpt.save << ": " << double(bytes) / 1e9 << " GB in " << seconds << " s ("
-              << double(bytes) / 1e9 / seconds << " GB/s)\n" << std::flush;
+    trainer.finish_param_gather();  // the snapshot reads the parameters (--overlap-param-gather)
+    const checkpoint::SaveReport report = checkpoint::save_training_checkpoint(
+        *ctx, ckpt.save, ckpt_state, ckpt, ckpt.async_save ? &async_saver : nullptr, {}, world.get());
+    const auto [bytes, seconds] =
+        totals(double(report.bytes), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (first_rank && !report.async) {
+      std::cout << "saved checkpoint at iteration " << iteration << " to " << ckpt.save << ": " << bytes / 1e9
+                << " GB in " << seconds << " s (" << bytes / 1e9 / seconds << " GB/s)\n" << std::flush;
+    } else if (first_rank) {
+      // The training thread's stall: waiting for the previous save (if still in flight), growing the pinned
+      // staging buffers (first save), queuing the device-to-host copies. Rank 0's breakdown, the max held.
+      const checkpoint::AsyncSaver::Submitted& a = *report.async;
+      std::cout << "asynchronous save of iteration " << iteration << " started (" << bytes / 1e9
+                << " GB): training thread held " << seconds << " s (";
+      if (a.waited_for_iteration >= 0)
+        std::cout << "waited " << a.waited_seconds << " s for the save of iteration " << a.waited_for_iteration << "; ";
+      if (a.allocate_seconds > 0)
+        std::cout << "allocated " << double(a.buffer_bytes) / 1e9 << " GB of staging buffers in " << a.allocate_seconds
+                  << " s; ";
+      std::cout << "queued the copies in " << a.enqueue_seconds << " s)\n" << std::flush;
+    }
     last_saved = iteration;
+  };
+  // An asynchronous save is published once every rank's file is written: asked after every iteration.
+  auto report_published = [&] {
+    if (first_rank)
+      std::cout << "asynchronous save of iteration " << async_saver.completed_iteration() << " published (written in "
+                << async_saver.completed_seconds() << " s in the background)\n" << std::flush;
+  };
+  auto poll_async_save = [&] {
+    if (async_saver.busy() && async_saver.finalize(/*blocking=*/false)) report_published();
   };
   // --- end checkpoints
 
@@ -264,6 +296,7 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
     }
     if (t.eval_iters > 0 && t.eval_interval > 0 && iteration % t.eval_interval == 0 && valid_stream.available())
       print_evaluation(str_cat("iteration ", iteration), trainer.evaluate(valid_stream));
+    poll_async_save();                                                                   // checkpoints (issue 7)
     if (ckpt.save_interval > 0 && iteration % ckpt.save_interval == 0) save(iteration);  // checkpoints (issue 7)
     double minutes[1] = {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60};
     if (t.exit_interval > 0 && iteration % t.exit_interval == 0) {
@@ -283,10 +316,10 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
   // --- checkpoints (issue 7): a run that stops (end, --exit-interval, --exit-duration-in-mins) saves, as
   // Megatron does; an asynchronous save finishes (and reports its errors) before the process exits.
   if (last_iteration > start_iteration) save(last_iteration);
-  async_saver.wait();
-  if (first_rank && async_saver.completed_iteration() >= 0)
-    std::cout << "asynchronous save of iteration " << async_saver.completed_iteration() << " written in "
-              << async_saver.completed_seconds() << " s in the background\n";
+  if (async_saver.busy()) {
+    async_saver.wait();
+    report_published();
+  }
   // --- end checkpoints
   trainer::SampleStream test_stream = data->stream(data::Split::test);
   if (t.eval_iters > 0 && test_stream.available())

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -296,24 +298,51 @@ TEST(CheckpointIO, AsyncSaverWritesASnapshotAndSurfacesErrors) {
   fs::path root = testing::make_temp_dir("ckpt_async");
   std::vector<SaveItem> items = simple_items(1.0);
   AsyncSaver saver;
-  saver.submit(root, 1, snapshot(cpu(), 0, items, /*copy_cpu_tensors=*/true), {{"k", 1}}, {});
+  const AsyncSaver::Submitted first = saver.submit(cpu(), root, 1, items, {{"k", 1}}, {});
+  EXPECT_EQ(first.waited_for_iteration, -1);
+  EXPECT_EQ(first.bytes, 96u + 12u + 16u);
+  EXPECT_GE(first.buffer_bytes, first.bytes);
   // Training goes on and changes the weights while the save is in flight: the checkpoint has the old ones.
   items[0].data.data<float>()[0] = -5.0f;
   saver.wait();
+  EXPECT_FALSE(saver.busy());
   EXPECT_EQ(first_value(root), 1.0);
-  // Two saves in a row: the second waits for the first.
-  saver.submit(root, 2, snapshot(cpu(), 0, simple_items(2.0), true), {}, {});
-  saver.submit(root, 3, snapshot(cpu(), 0, simple_items(3.0), true), {}, {});
-  saver.wait();
+  EXPECT_EQ(saver.completed_iteration(), 1);
+  // Two saves in a row: the second waits for the first; the staging buffer is reused, not reallocated.
+  saver.submit(cpu(), root, 2, simple_items(2.0), {}, {});
+  const AsyncSaver::Submitted third = saver.submit(cpu(), root, 3, simple_items(3.0), {}, {});
+  EXPECT_EQ(third.waited_for_iteration, 2);
+  EXPECT_EQ(third.allocate_seconds, 0.0);
+  EXPECT_EQ(third.buffer_bytes, first.buffer_bytes);
+  while (!saver.finalize(/*blocking=*/false)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(saved_iterations(root), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(first_value(root), 3.0);
   // A failure in the writer thread surfaces on this thread at the next wait(), naming the iteration.
   SaveOptions faulty;
   faulty.hooks.at_stage = [](const std::string& s) {
     if (s == kStageMetadataWritten) throw Error("disk full (injected)");
   };
-  saver.submit(root, 4, snapshot(cpu(), 0, simple_items(4.0), true), {}, faulty);
+  saver.submit(cpu(), root, 4, simple_items(4.0), {}, faulty);
   testing::expect_error([&] { saver.wait(); }, {"asynchronous checkpoint save of iteration 4", "disk full"});
   EXPECT_EQ(CheckpointReader::open(root).iteration(), 3);
+  // A larger state grows the buffer once.
+  std::vector<SaveItem> bigger = simple_items(5.0);
+  bigger.push_back({whole_tensor("extra", {1000}, DType::F32), make_tensor({1000}, DType::F32, 0.0)});
+  EXPECT_GT(saver.submit(cpu(), root, 5, bigger, {}, {}).buffer_bytes, first.buffer_bytes);
+  saver.wait();
+  EXPECT_EQ(first_value(root), 5.0);
+}
+
+TEST(CheckpointIO, WritersAreSpreadOverTheDataParallelRanks) {
+  // Largest first, each to the least-loaded rank: every rank ends with a similar share.
+  const std::vector<uint64_t> bytes = {100, 10, 60, 50, 40, 30, 5, 5};
+  const std::vector<int> w = assign_writers(bytes, 3);
+  ASSERT_EQ(w.size(), bytes.size());
+  std::vector<uint64_t> load(3, 0);
+  for (size_t i = 0; i < bytes.size(); ++i) load[size_t(w[i])] += bytes[i];
+  EXPECT_EQ(w[0], 0);  // the largest goes to rank 0
+  EXPECT_LE(*std::max_element(load.begin(), load.end()) - *std::min_element(load.begin(), load.end()), 10u);
+  EXPECT_EQ(assign_writers(bytes, 1), std::vector<int>(bytes.size(), 0));
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 // same losses for iterations k+1..N, bit for bit, as the uninterrupted run (fp32 on the CPU; mock data and a
 // real .bin/.idx dataset, hidden dropout on, so the data position and the RNG both matter). The same
 // through the pretrain_gpt binary (--save/--exit-interval, then --load), comparing Megatron's log lines.
-// Also: --finetune loads weights only, --no-load-optim rebuilds the optimizer, and an architecture
-// mismatch is refused with every difference listed.
+// Also two ranks through mpiexec (distributed optimizer, asynchronous saves), resumed at two ranks and
+// loaded by one. Also: --finetune loads weights only, --no-load-optim rebuilds the optimizer, and an
+// architecture mismatch is refused with every difference listed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -215,10 +216,57 @@ TEST(Resume, FinetuneNoLoadOptimAndArchitectureMismatch) {
                          "--swiglu: checkpoint False, this run True", "--kv-channels: checkpoint 8, this run 16"});
 }
 
+TEST(Resume, SaveItemsSpreadReplicasOverDataParallelRanksAndFollowThePlacement) {
+  std::vector<std::string> f = base_flags(8);
+  f.insert(f.end(), {"--mock-data", "--vocab-size", "4096", "--bf16"});
+  TrainingRun run(make_args(f), DType::BF16, 11);
+  // Replicated optimizer at DP=3: each piece is replica 0 on exactly one of the three ranks.
+  std::map<std::string, int> writers;
+  size_t count = 0;
+  for (int rank = 0; rank < 3; ++rank) {
+    TrainingState s = run.state();
+    s.dp_rank = rank;
+    s.dp_size = 3;
+    const std::vector<SaveItem> items = training_save_items(s, true);
+    count = items.size();
+    for (const SaveItem& item : items) {
+      EXPECT_LT(item.spec.replica_id, 3) << item.spec.describe();
+      if (item.spec.replica_id == 0) ++writers[item.spec.key];
+    }
+  }
+  EXPECT_EQ(writers.size(), count);
+  for (const auto& [key, n] : writers) EXPECT_EQ(n, 1) << key;
+  // A placement (what a TP layer reports): the first weight as the second row block of a tensor twice as
+  // tall, and the final norm as a copy held by TP rank 1 (replica ids from DP upwards: never written here).
+  nn::ParameterList params = run.model->parameters();
+  const nn::Parameter* first = params.front();
+  TrainingState s = run.state();
+  s.placement = [&](const nn::Parameter& p) {
+    ParameterPlacement where{p.value.shape().dims(), std::vector<int64_t>(size_t(p.value.rank()), 0), 0};
+    if (&p == first) {
+      where.global_shape[0] *= 2;
+      where.global_offset[0] = p.value.dim(0);
+    }
+    if (p.name.find("final_layernorm") != std::string::npos) where.tp_replica = 1;
+    return where;
+  };
+  for (const SaveItem& item : training_save_items(s, true)) {
+    if (item.spec.key.find(first->name) != std::string::npos) {
+      EXPECT_EQ(item.spec.global_shape[0], 2 * first->value.dim(0)) << item.spec.describe();
+      EXPECT_EQ(item.spec.global_offset[0], first->value.dim(0)) << item.spec.describe();
+    }
+    if (item.spec.key.find("final_layernorm") != std::string::npos) {
+      EXPECT_EQ(item.spec.replica_id, 1) << item.spec.key;
+    }
+  }
+}
+
 #ifdef PRETRAIN_GPT_EXE
-// Runs pretrain_gpt and returns its log lines' "iteration N ... lm loss ... grad norm" parts, by iteration.
-std::map<int64_t, std::string> run_pretrain(const std::string& flags, const fs::path& log) {
-  const std::string cmd = std::string(PRETRAIN_GPT_EXE) + " " + flags + " > " + log.string() + " 2>&1";
+// Runs pretrain_gpt (under `launcher`, e.g. mpiexec) and returns its log lines' "iteration N ... lm loss ...
+// grad norm" parts, by iteration.
+std::map<int64_t, std::string> run_pretrain(const std::string& flags, const fs::path& log,
+                                            const std::string& launcher = "") {
+  const std::string cmd = launcher + std::string(PRETRAIN_GPT_EXE) + " " + flags + " > " + log.string() + " 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(log);
   std::map<int64_t, std::string> out;
@@ -250,6 +298,38 @@ TEST(Resume, PretrainGptSaveExitAndLoadContinueTheSameLosses) {
   std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(text.find("resuming at iteration 7"), std::string::npos);
 }
+
+#ifdef MPIEXEC
+TEST(Resume, PretrainGptDataParallelSavesResumeAndLoadInOneProcess) {
+  // Two ranks with the distributed optimizer and asynchronous saves (published by the per-iteration poll);
+  // resumed at two ranks it continues bit for bit; one process with the replicated optimizer loads it too.
+  fs::path dir = testing::make_temp_dir("resume_binary_dp");
+  std::string flags;
+  for (const std::string& s : base_flags(10)) flags += s + " ";
+  flags += "--device cpu --log-interval 1 --data-path " + write_dataset(dir) + " --split 90,5,5 --vocab-size 512 " +
+           "--data-cache-path " + (dir / "cache").string();
+  const std::string two = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + MPIEXEC +
+                          " --oversubscribe -np 2 ";
+  const std::string dist = " --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 4000";
+  auto full = run_pretrain(flags + dist, dir / "full.log", two);
+  ASSERT_EQ(full.size(), 10u);
+  const std::string ckpt = (dir / "ckpt").string();
+  auto first = run_pretrain(flags + dist + " --save " + ckpt + " --save-interval 2 --exit-interval 6 --async-save",
+                            dir / "first.log", two);
+  EXPECT_EQ(first.size(), 6u);
+  EXPECT_EQ(saved_iterations(ckpt), (std::vector<int64_t>{2, 4, 6}));
+  CheckpointReader reader = CheckpointReader::open(ckpt);
+  EXPECT_TRUE(fs::exists(reader.directory() / "rank_00001.safetensors"));
+  auto second = run_pretrain(flags + dist + " --load " + ckpt, dir / "second.log", two);
+  ASSERT_EQ(second.size(), 4u) << "iterations 7..10 after resuming";
+  for (int64_t it = 7; it <= 10; ++it) EXPECT_EQ(second[it], full[it]) << "iteration " << it;
+  auto single = run_pretrain(flags + " --load " + ckpt, dir / "single.log");
+  EXPECT_EQ(single.size(), 4u);
+  std::ifstream log(dir / "single.log");
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("resuming at iteration 7"), std::string::npos);
+}
+#endif
 #endif
 
 }  // namespace

@@ -24,9 +24,11 @@ std::vector<float> iota_tensor(int64_t n) {
 // every element's global index).
 std::vector<float> expected_piece(const ShardSpec& piece, const std::vector<float>& global) {
   std::vector<float> out;
-  if (piece.flat) {
-    for (int64_t i = piece.flat_begin; i < piece.flat_end; ++i) out.push_back(global[size_t(i)]);
-    return out;
+  if (piece.flat) {  // elements [begin, end) of the box
+    ShardSpec box = piece;
+    box.flat = false;
+    const std::vector<float> all = expected_piece(box, global);
+    return std::vector<float>(all.begin() + piece.flat_begin, all.begin() + piece.flat_end);
   }
   const size_t r = piece.global_shape.size();
   std::vector<int64_t> idx(r, 0);
@@ -105,6 +107,27 @@ TEST(ShardedTensor, ThreeDimensionalBoxesAndFlatRanges) {
   // Flat ranges saved, boxes loaded.
   std::vector<ShardSpec> flat_saved(wanted.begin(), wanted.begin() + 7);
   reshard_and_check(global, flat_saved, saved);
+}
+
+TEST(ShardedTensor, FlatRangesOfTensorParallelBlocks) {
+  // Tensor parallelism x distributed optimizer: each "TP rank" holds a column block of [6, 9] (3 columns),
+  // and its optimizer state is split in flat ranges of that block (cutting its rows anywhere), as
+  // Megatron's flattened_range does. Saved that way; loaded whole, as row blocks, and as flat ranges of the
+  // whole tensor.
+  const std::vector<int64_t> shape = {6, 9};
+  const auto global = iota_tensor(54);
+  std::vector<ShardSpec> saved;
+  for (int tp = 0; tp < 3; ++tp) {
+    const ShardSpec block = block_piece("m", shape, DType::F32, 1, tp, 3);
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 5}, {5, 13}, {13, 18}}) saved.push_back(flat_piece_of_box(block, b, e));
+  }
+  EXPECT_EQ(saved[4].describe(), "m [0:6, 3:6] flat [5, 13) of [6, 9] f32");
+  EXPECT_EQ(flat_piece("m", shape, DType::F32, 2, 7).describe(), "m flat [2, 7) of [6, 9] f32");
+  reshard_and_check(global, saved,
+                    {whole_tensor("m", shape, DType::F32), block_piece("m", shape, DType::F32, 0, 1, 2),
+                     flat_piece("m", shape, DType::F32, 4, 40), flat_piece_of_box(block_piece("m", shape, DType::F32, 0, 1, 3), 1, 17)});
+  ShardSpec bad = flat_piece_of_box(block_piece("m", shape, DType::F32, 1, 0, 3), 10, 19);
+  testing::expect_error([&] { validate_shard(bad); }, {"m [0:6, 0:3] flat [10, 19)", "18 elements of its block"});
 }
 
 TEST(ShardedTensor, FlatRegionsAreFewAndContiguous) {

@@ -7,6 +7,58 @@
 
 namespace megatron::checkpoint {
 
+namespace {
+
+// One piece's fields (without the key, shape and dtype its tensor entry holds).
+nlohmann::json piece_json(const SavedPiece& p) {
+  nlohmann::json q;
+  q["file"] = p.file;
+  q["name"] = p.name;
+  // A flat range names its box only when the box is a block (tensor parallelism), not the tensor.
+  if (!p.spec.flat || !p.spec.box_is_whole()) {
+    q["global_offset"] = p.spec.global_offset;
+    q["local_shape"] = p.spec.local_shape;
+  }
+  if (p.spec.flat) q["flat_range"] = {p.spec.flat_begin, p.spec.flat_end};
+  q["replica_id"] = p.spec.replica_id;
+  q["bytes"] = p.bytes;
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "0x%08x", p.crc32c);
+  q["crc32c"] = crc;
+  return q;
+}
+
+SavedPiece parse_piece(const nlohmann::json& q, const std::string& key, const std::vector<int64_t>& global_shape,
+                       DType dtype, const std::string& where) {
+  SavedPiece p;
+  p.spec.key = key;
+  p.spec.global_shape = global_shape;
+  p.spec.dtype = dtype;
+  if (q.contains("flat_range")) {
+    p.spec.flat = true;
+    p.spec.flat_begin = q.at("flat_range").at(0).get<int64_t>();
+    p.spec.flat_end = q.at("flat_range").at(1).get<int64_t>();
+  }
+  if (!p.spec.flat || q.contains("global_offset")) {
+    p.spec.global_offset = q.at("global_offset").get<std::vector<int64_t>>();
+    p.spec.local_shape = q.at("local_shape").get<std::vector<int64_t>>();
+  } else {  // a flat range of the whole tensor
+    p.spec.global_offset.assign(global_shape.size(), 0);
+    p.spec.local_shape = global_shape;
+  }
+  p.spec.replica_id = q.value("replica_id", 0);
+  p.file = q.at("file").get<std::string>();
+  p.name = q.at("name").get<std::string>();
+  p.bytes = q.at("bytes").get<uint64_t>();
+  p.crc32c = uint32_t(std::stoul(q.at("crc32c").get<std::string>(), nullptr, 16));
+  validate_shard(p.spec);
+  MEGATRON_CHECK(p.file.find("..") == std::string::npos && !p.file.empty() && p.file[0] != '/',
+                 "checkpoint metadata ", where, ": piece file '", p.file, "' of '", key, "' must be a plain file name");
+  return p;
+}
+
+}  // namespace
+
 CheckpointMetadata make_metadata(int64_t iteration, const std::vector<SavedPiece>& pieces, nlohmann::json state) {
   CheckpointMetadata m;
   m.iteration = iteration;
@@ -44,23 +96,7 @@ nlohmann::json metadata_to_json(const CheckpointMetadata& m) {
     t["global_shape"] = e.global_shape;
     t["dtype"] = dtype_name(e.dtype);
     nlohmann::json pieces = nlohmann::json::array();
-    for (const SavedPiece& p : e.pieces) {
-      nlohmann::json q;
-      q["file"] = p.file;
-      q["name"] = p.name;
-      if (p.spec.flat) {
-        q["flat_range"] = {p.spec.flat_begin, p.spec.flat_end};
-      } else {
-        q["global_offset"] = p.spec.global_offset;
-        q["local_shape"] = p.spec.local_shape;
-      }
-      q["replica_id"] = p.spec.replica_id;
-      q["bytes"] = p.bytes;
-      char crc[16];
-      std::snprintf(crc, sizeof crc, "0x%08x", p.crc32c);
-      q["crc32c"] = crc;
-      pieces.push_back(std::move(q));
-    }
+    for (const SavedPiece& p : e.pieces) pieces.push_back(piece_json(p));
     t["pieces"] = std::move(pieces);
     tensors[key] = std::move(t);
   }
@@ -83,30 +119,7 @@ CheckpointMetadata metadata_from_json(const nlohmann::json& j, const std::string
       TensorEntry e;
       e.global_shape = t.at("global_shape").get<std::vector<int64_t>>();
       e.dtype = parse_dtype(t.at("dtype").get<std::string>());
-      for (const auto& q : t.at("pieces")) {
-        SavedPiece p;
-        p.spec.key = key;
-        p.spec.global_shape = e.global_shape;
-        p.spec.dtype = e.dtype;
-        if (q.contains("flat_range")) {
-          p.spec.flat = true;
-          p.spec.flat_begin = q.at("flat_range").at(0).get<int64_t>();
-          p.spec.flat_end = q.at("flat_range").at(1).get<int64_t>();
-        } else {
-          p.spec.global_offset = q.at("global_offset").get<std::vector<int64_t>>();
-          p.spec.local_shape = q.at("local_shape").get<std::vector<int64_t>>();
-        }
-        p.spec.replica_id = q.value("replica_id", 0);
-        p.file = q.at("file").get<std::string>();
-        p.name = q.at("name").get<std::string>();
-        p.bytes = q.at("bytes").get<uint64_t>();
-        p.crc32c = uint32_t(std::stoul(q.at("crc32c").get<std::string>(), nullptr, 16));
-        validate_shard(p.spec);
-        MEGATRON_CHECK(p.file.find("..") == std::string::npos && !p.file.empty() && p.file[0] != '/',
-                       "checkpoint metadata ", where, ": piece file '", p.file, "' of '", key,
-                       "' must be a plain file name");
-        e.pieces.push_back(std::move(p));
-      }
+      for (const auto& q : t.at("pieces")) e.pieces.push_back(parse_piece(q, key, e.global_shape, e.dtype, where));
       std::vector<ShardSpec> specs;
       for (const SavedPiece& p : e.pieces) specs.push_back(p.spec);
       check_exact_cover(specs);
@@ -118,6 +131,30 @@ CheckpointMetadata metadata_from_json(const nlohmann::json& j, const std::string
     MEGATRON_FAIL("checkpoint metadata ", where, ": ", e.what());
   }
   return m;
+}
+
+nlohmann::json saved_pieces_to_json(const std::vector<SavedPiece>& pieces) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const SavedPiece& p : pieces) {
+    nlohmann::json q = piece_json(p);
+    q["key"] = p.spec.key;
+    q["global_shape"] = p.spec.global_shape;
+    q["dtype"] = dtype_name(p.spec.dtype);
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+std::vector<SavedPiece> saved_pieces_from_json(const nlohmann::json& j, const std::string& where) {
+  std::vector<SavedPiece> out;
+  try {
+    for (const auto& q : j)
+      out.push_back(parse_piece(q, q.at("key").get<std::string>(), q.at("global_shape").get<std::vector<int64_t>>(),
+                                parse_dtype(q.at("dtype").get<std::string>()), where));
+  } catch (const nlohmann::json::exception& e) {
+    MEGATRON_FAIL("checkpoint: the piece list from ", where, " is malformed: ", e.what());
+  }
+  return out;
 }
 
 CheckpointMetadata read_metadata(const std::filesystem::path& dir) {

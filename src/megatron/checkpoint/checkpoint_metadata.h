@@ -6,7 +6,8 @@
 //     "<key>": {"global_shape": [..], "dtype": "bf16",
 //               "pieces": [{"file": "rank_00000.safetensors", "name": "<name in that file>",
 //                           "global_offset": [..], "local_shape": [..]      (box pieces)
-//                           | "flat_range": [begin, end],                   (flat pieces)
+//                           | "flat_range": [begin, end],                   (flat ranges of the tensor)
+//                           | "global_offset", "local_shape", "flat_range"  (a flat range of a block)
 //                           "replica_id": 0, "bytes": 1234, "crc32c": "0x1a2b3c4d"}, ...]}, ...},
 //   "state": { ... }   the non-tensor state (iteration counters, schedules, RNG, args), free-form JSON
 // }
@@ -58,6 +59,11 @@ CheckpointMetadata make_metadata(int64_t iteration, const std::vector<SavedPiece
 nlohmann::json metadata_to_json(const CheckpointMetadata& m);
 // Throws megatron::Error naming `where` (the file) and the field on anything malformed.
 CheckpointMetadata metadata_from_json(const nlohmann::json& j, const std::string& where);
+
+// One rank's pieces as JSON (each with its key, global shape and dtype), for gathering them to rank 0.
+nlohmann::json saved_pieces_to_json(const std::vector<SavedPiece>& pieces);
+// Throws naming `where` (e.g. "rank 3") on anything malformed.
+std::vector<SavedPiece> saved_pieces_from_json(const nlohmann::json& j, const std::string& where);
 
 // Reads <dir>/metadata.json.
 CheckpointMetadata read_metadata(const std::filesystem::path& dir);

@@ -1,20 +1,44 @@
 #include "megatron/checkpoint/shard_writer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <numeric>
 
 #include "megatron/checkpoint/checkpoint_dir.h"
 #include "megatron/checkpoint/crc32c.h"
+#include "megatron/checkpoint/rank_exchange.h"
 #include "megatron/checkpoint/safetensors.h"
 #include "megatron/core/error.h"
+#if MEGATRON_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "megatron/core/cuda_check.h"
+#endif
 
 namespace megatron::checkpoint {
 namespace fs = std::filesystem;
 
+std::vector<int> assign_writers(const std::vector<uint64_t>& bytes, int group_size) {
+  MEGATRON_CHECK(group_size >= 1, "assign_writers: group size ", group_size);
+  std::vector<size_t> order(bytes.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+  std::vector<uint64_t> load(size_t(group_size), 0);
+  std::vector<int> writer(bytes.size(), 0);
+  for (size_t i : order) {
+    const int r = int(std::min_element(load.begin(), load.end()) - load.begin());
+    writer[i] = r;
+    load[size_t(r)] += bytes[i];
+  }
+  return writer;
+}
+
 HostSnapshot snapshot(Context& ctx, int rank, const std::vector<SaveItem>& items, bool copy_cpu_tensors) {
   HostSnapshot snap;
   snap.rank = rank;
+  bool any_cuda = false;
   for (const SaveItem& item : items) {
     validate_shard(item.spec);
     MEGATRON_CHECK(item.data.defined() && item.data.numel() == item.spec.numel() && item.data.dtype() == item.spec.dtype,
@@ -24,7 +48,14 @@ HostSnapshot snapshot(Context& ctx, int rank, const std::vector<SaveItem>& items
     Tensor host;
     if (item.data.is_cuda()) {
       host = Tensor::empty(item.data.shape(), item.data.dtype(), ctx.pinned_allocator());
-      copy_tensor(ctx, host, item.data);
+#if MEGATRON_WITH_CUDA
+      // Queued on ctx's stream; one synchronisation after the last piece.
+      if (item.data.nbytes() > 0)
+        CUDA_CHECK_MSG(cudaMemcpyAsync(host.data_ptr(), item.data.data_ptr(), item.data.nbytes(), cudaMemcpyDeviceToHost,
+                                       ctx.stream()),
+                       " (checkpoint snapshot of ", item.spec.describe(), ")");
+      any_cuda = true;
+#endif
     } else if (copy_cpu_tensors) {
       host = Tensor::empty(item.data.shape(), item.data.dtype(), ctx.allocator());
       copy_tensor(ctx, host, item.data);
@@ -34,6 +65,7 @@ HostSnapshot snapshot(Context& ctx, int rank, const std::vector<SaveItem>& items
     snap.specs.push_back(item.spec);
     snap.host.push_back(std::move(host));
   }
+  if (any_cuda) ctx.synchronize();
   return snap;
 }
 
@@ -108,9 +140,63 @@ void write_checkpoint(const fs::path& root, int64_t iteration, const HostSnapsho
   publish_checkpoint(root, iteration, pieces, state, options);
 }
 
+fs::path prepare_save_directory_on_all(comm::Communicator* world, const fs::path& root, int64_t iteration,
+                                       const SaveOptions& options) {
+  if (world == nullptr || world->size() == 1) return prepare_save_directory(root, iteration, options.hooks, options.release);
+  std::exception_ptr error;
+  if (world->rank() == 0) {
+    try {
+      prepare_save_directory(root, iteration, options.hooks, options.release);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  agree_on_failure(world, error, str_cat("checkpoint save of iteration ", iteration, " under ", root.string(),
+                                         ": preparing the temporary directory"));
+  return temporary_dir(root, iteration, options.release);
+}
+
+void gather_and_publish(Context& ctx, comm::Communicator* world, const fs::path& root, int64_t iteration,
+                        const std::vector<SavedPiece>& mine, const nlohmann::json& state, const SaveOptions& options,
+                        std::exception_ptr error) {
+  const std::string what = str_cat("checkpoint save of iteration ", iteration, " under ", root.string());
+  agree_on_failure(world, error, what + ": writing the rank files");
+  const std::vector<std::string> lists = all_gather_strings(ctx, world, saved_pieces_to_json(mine).dump());
+  const int rank = world != nullptr ? world->rank() : 0;
+  std::exception_ptr publish_error;
+  if (rank == 0) {
+    try {
+      std::vector<SavedPiece> all;
+      for (size_t r = 0; r < lists.size(); ++r) {
+        std::vector<SavedPiece> theirs = lists.size() == 1 ? mine
+                                                          : saved_pieces_from_json(nlohmann::json::parse(lists[r]),
+                                                                                   str_cat("rank ", r));
+        all.insert(all.end(), theirs.begin(), theirs.end());
+      }
+      publish_checkpoint(root, iteration, all, state, options);
+    } catch (...) {
+      publish_error = std::current_exception();
+    }
+  }
+  agree_on_failure(world, publish_error, what + ": publishing");
+}
+
 void save_checkpoint(Context& ctx, const fs::path& root, int64_t iteration, const std::vector<SaveItem>& items,
-                     const nlohmann::json& state, const SaveOptions& options) {
-  write_checkpoint(root, iteration, snapshot(ctx, 0, items, /*copy_cpu_tensors=*/false), state, options);
+                     const nlohmann::json& state, const SaveOptions& options, comm::Communicator* world) {
+  const int rank = world != nullptr ? world->rank() : 0;
+  if (world == nullptr || world->size() == 1) {
+    write_checkpoint(root, iteration, snapshot(ctx, rank, items, /*copy_cpu_tensors=*/false), state, options);
+    return;
+  }
+  const fs::path tmp = prepare_save_directory_on_all(world, root, iteration, options);
+  std::vector<SavedPiece> mine;
+  std::exception_ptr error;
+  try {
+    mine = write_rank_file(tmp, snapshot(ctx, rank, items, /*copy_cpu_tensors=*/false), iteration, options.hooks);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  gather_and_publish(ctx, world, root, iteration, mine, state, options, error);
 }
 
 }  // namespace megatron::checkpoint

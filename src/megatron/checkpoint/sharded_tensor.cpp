@@ -92,16 +92,22 @@ void check_same_tensor(const ShardSpec& a, const ShardSpec& b) {
 
 int64_t ShardSpec::numel() const { return flat ? flat_end - flat_begin : product(local_shape); }
 
+bool ShardSpec::box_is_whole() const {
+  if (local_shape != global_shape) return false;
+  for (int64_t o : global_offset)
+    if (o != 0) return false;
+  return true;
+}
+
 std::string ShardSpec::describe() const {
   std::string s = key;
-  if (flat) {
-    s += str_cat(" flat [", flat_begin, ", ", flat_end, ")");
-  } else {
+  if (!flat || !box_is_whole()) {
     s += " [";
-    for (size_t d = 0; d < global_offset.size(); ++d)
+    for (size_t d = 0; d < global_offset.size() && d < local_shape.size(); ++d)
       s += str_cat(d ? ", " : "", global_offset[d], ":", global_offset[d] + local_shape[d]);
     s += "]";
   }
+  if (flat) s += str_cat(" flat [", flat_begin, ", ", flat_end, ")");
   return s + str_cat(" of ", dims_text(global_shape), " ", dtype_name(dtype),
                      replica_id ? str_cat(" (replica ", replica_id, ")") : std::string());
 }
@@ -132,10 +138,7 @@ ShardSpec block_piece(std::string key, std::vector<int64_t> global_shape, DType 
 
 ShardSpec flat_piece(std::string key, std::vector<int64_t> global_shape, DType dtype, int64_t begin, int64_t end,
                      int replica_id) {
-  ShardSpec s;
-  s.key = std::move(key);
-  s.global_shape = std::move(global_shape);
-  s.dtype = dtype;
+  ShardSpec s = whole_tensor(std::move(key), std::move(global_shape), dtype);
   s.flat = true;
   s.flat_begin = begin;
   s.flat_end = end;
@@ -143,16 +146,19 @@ ShardSpec flat_piece(std::string key, std::vector<int64_t> global_shape, DType d
   return s;
 }
 
+ShardSpec flat_piece_of_box(const ShardSpec& box, int64_t begin, int64_t end) {
+  MEGATRON_CHECK(!box.flat, "flat_piece_of_box: ", box.describe(), " is already a flat range");
+  ShardSpec s = box;
+  s.flat = true;
+  s.flat_begin = begin;
+  s.flat_end = end;
+  return s;
+}
+
 void validate_shard(const ShardSpec& s) {
   for (int64_t d : s.global_shape) MEGATRON_CHECK(d >= 0, "sharded tensor '", s.key, "': negative global extent in ",
                                                   dims_text(s.global_shape));
   MEGATRON_CHECK(s.replica_id >= 0, "sharded tensor ", s.describe(), ": negative replica id");
-  if (s.flat) {
-    MEGATRON_CHECK(0 <= s.flat_begin && s.flat_begin <= s.flat_end && s.flat_end <= product(s.global_shape),
-                   "sharded tensor ", s.describe(), ": flat range outside the tensor's ", product(s.global_shape),
-                   " elements");
-    return;
-  }
   MEGATRON_CHECK(s.global_offset.size() == s.global_shape.size() && s.local_shape.size() == s.global_shape.size(),
                  "sharded tensor '", s.key, "': offset ", dims_text(s.global_offset), " and extent ",
                  dims_text(s.local_shape), " must have one entry per dimension of ", dims_text(s.global_shape));
@@ -161,10 +167,21 @@ void validate_shard(const ShardSpec& s) {
                        s.global_offset[d] + s.local_shape[d] <= s.global_shape[d],
                    "sharded tensor ", s.describe(), ": dimension ", d, " runs outside the global extent ",
                    s.global_shape[d]);
+  if (s.flat)
+    MEGATRON_CHECK(0 <= s.flat_begin && s.flat_begin <= s.flat_end && s.flat_end <= product(s.local_shape),
+                   "sharded tensor ", s.describe(), ": flat range outside the ", product(s.local_shape),
+                   " elements of its ", s.box_is_whole() ? "tensor" : "block");
 }
 
 std::vector<Region> regions_of(const ShardSpec& s) {
-  if (s.flat) return flat_regions(s.global_shape, s.flat_begin, s.flat_end);
+  if (s.flat) {
+    // Regions of the box's own index space, moved to the box's place in the tensor.
+    std::vector<Region> out = flat_regions(s.local_shape, s.flat_begin, s.flat_end);
+    if (!s.global_shape.empty())
+      for (Region& r : out)
+        for (size_t d = 0; d < r.offset.size(); ++d) r.offset[d] += s.global_offset[d];
+    return out;
+  }
   Region r;
   r.offset = s.global_shape.empty() ? std::vector<int64_t>{0} : s.global_offset;
   r.shape = s.global_shape.empty() ? std::vector<int64_t>{1} : s.local_shape;

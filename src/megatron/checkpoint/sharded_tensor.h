@@ -3,9 +3,11 @@
 // A global tensor (key, global shape, dtype) is held by ranks as pieces. A piece is one of
 //   - a box: global_offset[d] .. global_offset[d] + local_shape[d] in every dimension d, stored row-major in
 //     the box's own shape (how tensor parallelism splits weights: row or column blocks);
-//   - a flat range: elements [flat_begin, flat_end) of the tensor flattened row-major, stored contiguously
-//     (how the distributed optimizer splits its fp32 state: ranges of a flat buffer, mapped per tensor by
-//     split_flat_range()).
+//   - a flat range: elements [flat_begin, flat_end) of a box flattened row-major, stored contiguously (how
+//     the distributed optimizer splits its fp32 state: ranges of a flat buffer, mapped per tensor by
+//     split_flat_range()). The box is the whole tensor unless tensor parallelism made the rank's local
+//     tensor a block of it: the range is then within that block (global_offset, local_shape), as
+//     Megatron's ShardedTensor.flattened_range is.
 // replica_id says which copy a piece is when several ranks hold the same elements (data parallelism):
 // only replica 0 is saved.
 //
@@ -30,16 +32,21 @@ struct ShardSpec {
   std::string key;                     // global tensor name ("decoder.layers.3.mlp.linear_fc1.weight")
   std::vector<int64_t> global_shape;
   DType dtype = DType::F32;
-  // Box form (flat == false): one offset and one extent per dimension of global_shape.
+  // The box: one offset and one extent per dimension of global_shape. With flat == false the piece is the
+  // box; with flat == true it is [flat_begin, flat_end) of the box's row-major flattening (the box is the
+  // whole tensor for a plain flat range).
   std::vector<int64_t> global_offset;
   std::vector<int64_t> local_shape;
-  // Flat form (flat == true): [flat_begin, flat_end) of the row-major flattening.
   bool flat = false;
   int64_t flat_begin = 0, flat_end = 0;
   int replica_id = 0;
 
   int64_t numel() const;  // elements of this piece
-  std::string describe() const;  // "key [0:4, 2:5] of [8, 6] f32" or "key flat [10, 30) of [8, 6] f32"
+  // "key [0:4, 2:5] of [8, 6] f32", "key flat [10, 30) of [8, 6] f32" or, within a block,
+  // "key [0:4, 0:6] flat [3, 9) of [8, 6] f32".
+  std::string describe() const;
+  // Whether the box is the whole tensor.
+  bool box_is_whole() const;
 };
 
 // The whole tensor as one box piece.
@@ -47,9 +54,12 @@ ShardSpec whole_tensor(std::string key, std::vector<int64_t> global_shape, DType
 // Box piece along one dimension: block `index` of `count` equal blocks of dim `dim` (extent divisible).
 ShardSpec block_piece(std::string key, std::vector<int64_t> global_shape, DType dtype, int dim, int64_t index,
                       int64_t count, int replica_id = 0);
-// Flat-range piece.
+// Flat-range piece of the whole tensor's flattening.
 ShardSpec flat_piece(std::string key, std::vector<int64_t> global_shape, DType dtype, int64_t begin, int64_t end,
                      int replica_id = 0);
+// Flat-range piece [begin, end) of the flattening of `box` (a box piece: a tensor-parallel block, or the
+// whole tensor), keeping its key, shape, dtype and replica id.
+ShardSpec flat_piece_of_box(const ShardSpec& box, int64_t begin, int64_t end);
 
 // Throws megatron::Error naming the key when offsets/extents do not fit inside the global shape.
 void validate_shard(const ShardSpec& s);

@@ -1,6 +1,13 @@
-// What a training checkpoint holds and how pretrain_gpt saves and resumes it (world size 1 today; every
-// tensor is one whole piece, and the keys are global, so TP/DP/distributed-optimizer layouts only change
-// the ShardSpecs that training_save_items and load_training_checkpoint build).
+// What a training checkpoint holds and how pretrain_gpt saves and resumes it, at any data-parallel layout
+// (and ready for tensor parallelism: ParameterPlacement). Keys are global, so a layout only changes the
+// ShardSpecs that training_save_items and load_training_checkpoint build:
+//   - replicated optimizer: every DP rank holds every tensor whole; assign_writers spreads the tensors over
+//     the DP ranks (replica 0 on one of them), so each rank writes about 1/DP of the bytes;
+//   - distributed optimizer (TrainingState::optimizer_ranges): each DP rank saves the ranges of each
+//     parameter it updates -- weights, fp32 masters and moments -- as flat pieces; together the ranks cover
+//     every tensor once;
+//   - loading: every rank reads what it holds (whole weights; its optimizer entries: whole tensors, or its
+//     ranges), from whatever pieces the checkpoint has (sharded_tensor.h's rule).
 //
 // Tensors (keys are Megatron-core's state-dict names):
 //   <param name>                               model weights, parameter dtype ("decoder.layers.0.mlp.linear_fc1.weight")
@@ -22,6 +29,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -32,15 +40,34 @@
 #include "megatron/checkpoint/shard_writer.h"
 #include "megatron/nn/gpt_model.h"
 #include "megatron/optim/adamw.h"
+#include "megatron/optim/distributed_optimizer.h"
 #include "megatron/optim/loss_scaler.h"
 #include "megatron/optim/lr_scheduler.h"
 #include "megatron/train/arguments.h"
 
 namespace megatron::checkpoint {
 
+// Where a rank's local tensor of a parameter sits in the whole parameter: what a tensor-parallel layer
+// reports (docs/checkpoint.md). The local tensor's shape is the block's extent.
+struct ParameterPlacement {
+  std::vector<int64_t> global_shape;   // the whole parameter
+  std::vector<int64_t> global_offset;  // of the local block
+  // 0 on the one rank of the tensor-parallel group that saves this block; > 0 (e.g. the TP rank) on ranks
+  // holding an identical copy (parameters every TP rank holds whole: norms, row-parallel biases).
+  int tp_replica = 0;
+};
+using ParameterPlacementFn = std::function<ParameterPlacement(const nn::Parameter&)>;
+
 struct TrainingState {
   nn::GPTModel* model = nullptr;                      // required
-  optim::AdamW* optimizer = nullptr;                  // optional (converted checkpoints have none)
+  // The AdamW in use: the replicated optimizer (entry i = parameter i, whole) or the distributed
+  // optimizer's (DistributedOptimizer::adamw(), entry i = optimizer_ranges[i]). Optional (converted
+  // checkpoints have none).
+  optim::AdamW* optimizer = nullptr;
+  // Distributed optimizer: what each optimizer entry holds (DistributedOptimizer::param_ranges()).
+  std::vector<optim::DistributedOptimizer::ParamRange> optimizer_ranges{};
+  int dp_rank = 0, dp_size = 1;  // this rank in its data-parallel group
+  ParameterPlacementFn placement{};  // tensor parallelism; empty: every parameter is whole
   optim::OptimizerParamScheduler* scheduler = nullptr;
   optim::LossScaler* scaler = nullptr;
   const train::Arguments* args = nullptr;             // required for saving
@@ -56,14 +83,24 @@ std::vector<std::string> architecture_differences(const nlohmann::json& saved_ar
 // Model arguments rebuilt from a checkpoint's saved args (generate, convert_checkpoint).
 train::ModelArguments model_arguments_from_state(const nlohmann::json& state);
 
+// This rank's pieces, with their replica ids (replicas are kept in the list; the snapshot drops them).
 std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_optim);
 nlohmann::json training_state_json(const TrainingState& state, bool save_optim, bool save_rng);
 
-// Saves at state.iteration under `root`. With `async` the write happens on its background thread (the
-// snapshot is taken here); without, it completes before returning. Returns the bytes of tensor data saved.
-uint64_t save_training_checkpoint(Context& ctx, const std::filesystem::path& root, const TrainingState& state,
-                              const train::CheckpointArguments& flags, AsyncSaver* async,
-                              const SaveHooks& hooks = {});
+struct SaveReport {
+  uint64_t bytes = 0;  // tensor bytes this rank saves (its replica-0 pieces)
+  std::optional<AsyncSaver::Submitted> async;  // with an AsyncSaver: where submit()'s time went
+};
+// Saves at state.iteration under `root`; collective over `world` (nullptr: a world of one), each rank
+// with its own state. With `async` (whose world must be the same) the snapshot is staged here, the write
+// happens on its background thread and the next optimizer step waits for the staging copies
+// (AdamW::before_next_update: `async` must outlive the optimizer's next step(), or the optimizer); without,
+// the checkpoint is published when this returns. With the
+// distributed optimizer and --overlap-param-gather, the caller first makes ctx's stream wait for the
+// parameter all-gathers (DistributedOptimizer::finish_param_gather): the snapshot reads the parameters.
+SaveReport save_training_checkpoint(Context& ctx, const std::filesystem::path& root, const TrainingState& state,
+                                    const train::CheckpointArguments& flags, AsyncSaver* async,
+                                    const SaveHooks& hooks = {}, comm::Communicator* world = nullptr);
 
 // What a checkpoint says about the run, read before the model is built (its seed decides dropout).
 struct CheckpointPreview {
@@ -83,7 +120,8 @@ struct LoadedTraining {
   uint64_t bytes = 0;  // tensor data read
 };
 // Loads into state.model (and optimizer/scheduler/scaler per the flags). Throws before touching anything
-// when the architecture differs, listing every difference.
+// when the architecture differs, listing every difference. With several ranks each calls it with its own
+// state and reader (no communication): it reads the pieces it holds, whatever layout saved them.
 LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, TrainingState& state,
                                         const train::CheckpointArguments& flags);
 

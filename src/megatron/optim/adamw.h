@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "megatron/runtime/context.h"
@@ -41,6 +42,12 @@ class AdamW {
   // clip coefficient or 1/loss scale not yet applied). Increments step_count() first.
   void step(Context& ctx, double lr, double weight_decay, float grad_scale = 1.0f);
 
+  // A reader of the tensors step() modifies (parameters, masters, moments) that still runs asynchronously
+  // -- an --async-save snapshot's device-to-host copies on their own stream -- registers `fence` here; the
+  // next step() calls it once, before it queues anything, with its ctx (the fence queues a stream wait on
+  // an event; the host does not wait). A later registration replaces an unused one. (Issue 7.)
+  void before_next_update(std::function<void(Context&)> fence) { fence_ = std::move(fence); }
+
   // Copies bf16/fp16 model params into their masters again (after loading model weights).
   void reload_model_params(Context& ctx);
 
@@ -64,6 +71,7 @@ class AdamW {
     bool has_separate_master = false;
   };
   std::vector<Entry> entries_;
+  std::function<void(Context&)> fence_;  // before_next_update (issue 7)
   AdamWOptions options_;
   int64_t step_count_ = 0;
 };

@@ -37,6 +37,7 @@ DistributedOptimizer::DistributedOptimizer(Context& ctx, parallel::DistributedDa
         if (lo >= hi) continue;
         ranges.push_back(AdamWParam{buffer.values().slice(lo, hi), buffer.grads().slice(lo, hi),
                                     buffer.params()[entry.param]->no_weight_decay});
+        param_ranges_.push_back({buffer.params()[entry.param], lo - entry.offset, hi - entry.offset});
         shard_elements_ += hi - lo;
       }
     }

@@ -45,6 +45,13 @@ class DistributedOptimizer {
 
   const AdamW& adamw() const { return *adamw_; }
   AdamW& adamw() { return *adamw_; }
+  // What entry i of adamw() holds: elements [begin, end) of the flattened `param` (checkpoints save the
+  // masters and moments as these ranges; issue 7).
+  struct ParamRange {
+    const nn::Parameter* param = nullptr;
+    int64_t begin = 0, end = 0;
+  };
+  const std::vector<ParamRange>& param_ranges() const { return param_ranges_; }
   // Bytes of optimizer state on this rank (masters and moments of its shards).
   size_t state_bytes() const { return adamw_->state_bytes(); }
   // Parameter elements this rank updates.
@@ -56,6 +63,7 @@ class DistributedOptimizer {
   parallel::DistributedDataParallel& ddp_;
   std::unique_ptr<AdamW> adamw_;
   std::vector<Tensor> grad_shards_;
+  std::vector<ParamRange> param_ranges_;  // parallel to adamw_'s entries
   int64_t shard_elements_ = 0;
   bool overlap_ = false;
   std::vector<std::vector<bool>> pending_;  // per buffer, per bucket: gathered but not yet waited for

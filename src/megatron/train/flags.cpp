@@ -181,8 +181,10 @@ const std::vector<FlagSpec>& flag_table() {
       flag("--tokenizer-model", &A::data, &D::tokenizer_model, "tokenizer model file"),
       flag("--data-cache-path", &A::data, &D::data_cache_path, "where dataset indices are cached"),
       // checkpoints
-      flag("--save", &A::checkpoint, &C::save, "checkpoint directory to write"),
-      flag("--load", &A::checkpoint, &C::load, "checkpoint directory to read"),
+      flag("--save", &A::checkpoint, &C::save,
+           "checkpoint directory to write (every rank writes its own shard file; ranks need a shared filesystem)"),
+      flag("--load", &A::checkpoint, &C::load,
+           "checkpoint directory to read (saved at any data-parallel layout, with or without the distributed optimizer)"),
       flag("--save-interval", &A::checkpoint, &C::save_interval, "iterations between checkpoints"),
       flag("--no-save-optim", &A::checkpoint, &C::no_save_optim, "do not save the optimizer state"),
       flag("--no-save-rng", &A::checkpoint, &C::no_save_rng, "do not save the RNG state"),
@@ -190,7 +192,9 @@ const std::vector<FlagSpec>& flag_table() {
       flag("--no-load-rng", &A::checkpoint, &C::no_load_rng, "do not load the RNG state (use --seed)"),
       flag("--finetune", &A::checkpoint, &C::finetune,
            "load the model weights only; start at iteration 0 with fresh optimizer, schedule and data position"),
-      flag("--async-save", &A::checkpoint, &C::async_save, "write checkpoints on a background thread"),
+      flag("--async-save", &A::checkpoint, &C::async_save,
+           "the training thread only queues copies into reusable pinned host buffers (the next optimizer step waits "
+           "for them on the device); a background thread writes while training goes on"),
       flag("--keep-last", &A::checkpoint, &C::keep_last, "keep only the newest N checkpoints (0: keep all)"),
   };
   return table;

@@ -184,6 +184,10 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   return r;
 }
 
+void Trainer::finish_param_gather() {
+  if (dist_optimizer_) dist_optimizer_->finish_param_gather(ctx_);
+}
+
 double Trainer::evaluate(SampleStream& data) {
   if (dist_optimizer_) dist_optimizer_->finish_param_gather(ctx_);
   double sum = 0;

@@ -56,8 +56,13 @@ class Trainer {
   int num_micro_batches() const { return num_micro_batches_; }
   const optim::OptimizerParamScheduler& scheduler() const { return scheduler_; }
   const optim::LossScaler* loss_scaler() const { return scaler_.get(); }
-  // Checkpoints (issue 7) save and restore these.
-  optim::AdamW& optimizer() { return *optimizer_; }
+  // Checkpoints (issue 7) save and restore these. optimizer(): the AdamW in use -- the replicated one, or
+  // the distributed optimizer's over this rank's ranges (distributed_optimizer() then says which).
+  optim::AdamW& optimizer() { return dist_optimizer_ ? dist_optimizer_->adamw() : *optimizer_; }
+  const optim::DistributedOptimizer* distributed_optimizer() const { return dist_optimizer_.get(); }
+  // Makes ctx's stream wait for the parameter all-gathers still in flight (--overlap-param-gather), as
+  // evaluation does; a checkpoint snapshot reads the parameters (issue 7).
+  void finish_param_gather();
   optim::OptimizerParamScheduler& mutable_scheduler() { return scheduler_; }
   optim::LossScaler* mutable_loss_scaler() { return scaler_.get(); }
   const parallel::ParallelContext& parallel() const { return *parallel_; }
