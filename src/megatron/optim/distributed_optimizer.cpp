@@ -37,6 +37,7 @@ DistributedOptimizer::DistributedOptimizer(Context& ctx, parallel::DistributedDa
         if (lo >= hi) continue;
         ranges.push_back(AdamWParam{buffer.values().slice(lo, hi), buffer.grads().slice(lo, hi),
                                     buffer.params()[entry.param]->no_weight_decay});
+        param_grad_shards_.emplace_back(buffer.params()[entry.param], buffer.grads().slice(lo, hi));
         shard_elements_ += hi - lo;
       }
     }
