@@ -11,7 +11,8 @@
 //   - the loss equals the TP = 1 loss and every gradient piece the TP = 1 gradient's piece within 1e-5 relative
 //     (dropout on: the same masks, or the losses would differ by far more);
 //   - replicated parameters get bit-identical gradients on every TP rank.
-// Suite TensorParallelGpu: TP = 2 with and without SP on two GPUs (NCCL, overlapped collectives) in bf16
+// Column-/row-parallel linears in every mode (gather_output, input_is_parallel, SP) are checked against
+// nn::Linear on the whole tensors. Suite TensorParallelGpu: TP = 2 with and without SP on two GPUs (NCCL, overlapped collectives) in bf16
 // against TP = 1 on each rank's GPU.
 #include <gtest/gtest.h>
 
@@ -19,7 +20,9 @@
 #include <map>
 
 #include "harness.h"
+#include "megatron/nn/column_parallel_linear.h"
 #include "megatron/nn/gpt_model.h"
+#include "megatron/nn/row_parallel_linear.h"
 #include "megatron/nn/parameter_shard.h"
 #include "mpi_world.h"
 #if MEGATRON_WITH_NCCL
@@ -166,6 +169,95 @@ void expect_matches_reference(GPTModel& model, const Reference& ref, double loss
       size_t differ = 0;
       for (size_t k = 0; k < hi.size(); ++k) differ += hi[k] != -lo[k];
       EXPECT_EQ(differ, 0u) << what << ": replicated " << p->name << " has different gradients across TP ranks";
+    }
+  }
+}
+
+// Rows [r0, r0 + n) and columns [c0, c0 + m) of a row-major [*, cols] matrix.
+std::vector<double> block(const std::vector<double>& whole, int64_t cols, int64_t r0, int64_t n, int64_t c0, int64_t m) {
+  std::vector<double> out;
+  for (int64_t r = r0; r < r0 + n; ++r)
+    for (int64_t c = c0; c < c0 + m; ++c) out.push_back(whole[size_t(r * cols + c)]);
+  return out;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < got.size(); ++i) diff2 += (got[i] - want[i]) * (got[i] - want[i]), ref2 += want[i] * want[i];
+  EXPECT_GT(ref2, 0.0) << what;
+  EXPECT_LE(std::sqrt(diff2), 1e-6 * std::sqrt(ref2)) << what;
+}
+
+// ColumnParallelLinear (with and without gather_output) and RowParallelLinear (with and without
+// input_is_parallel), each with and without sequence parallelism, against nn::Linear on the whole tensors:
+// outputs, input gradients and parameter gradient pieces.
+TEST(TensorParallel, ParallelLinearsMatchLinear) {
+  auto world = testing::mpi_world();
+  Context& ctx = testing::cpu_context();
+  const int P = world->size(), me = world->rank();
+  const int64_t T = 4 * P, in = 3 * P, out = 2 * P;
+  Tensor x = ctx.empty({T, in}, DType::F64), dy = ctx.empty({T, out}, DType::F64);
+  testing::fill_random(x, 1);
+  testing::fill_random(dy, 2);
+  const std::vector<double> xv = testing::to_doubles(ctx, x), dyv = testing::to_doubles(ctx, dy);
+  // The whole layer, initialised like the parallel ones (same names, whole-tensor indices), bias made non-zero.
+  auto reference = [&](const std::string& name, std::vector<double>& y, std::vector<double>& dx,
+                       std::vector<double>& dw, std::vector<double>& db) {
+    Linear whole(ctx, name, in, out, true, DType::F64);
+    whole.init(ctx, 3, 0.5);
+    fill_parameter_normal(ctx, whole.bias, 3, 77, 0.0, 0.5);
+    Tensor yt = ctx.empty({T, out}, DType::F64), dxt = ctx.empty({T, in}, DType::F64);
+    whole.forward(ctx, yt, x);
+    whole.backward(ctx, dxt, dy);
+    y = testing::to_doubles(ctx, yt), dx = testing::to_doubles(ctx, dxt);
+    dw = testing::to_doubles(ctx, whole.weight.main_grad), db = testing::to_doubles(ctx, whole.bias.main_grad);
+  };
+  auto piece = [&](const Parameter& p, const std::vector<double>& whole) {
+    std::vector<double> got(size_t(p.value.numel()));
+    for_each_element(describe_shard(p), p.value.shape().dims(),
+                     [&](int64_t local, int64_t global) { got[size_t(local)] = whole[size_t(global)]; });
+    return got;
+  };
+  auto tensor_of = [&](const std::vector<double>& v, std::vector<int64_t> shape) {
+    Tensor t = ctx.empty(Shape(shape), DType::F64);
+    std::copy(v.begin(), v.end(), t.data<double>());
+    return t;
+  };
+  for (bool sp : {false, true}) {
+    const parallel::TensorParallel tp = parallel::TensorParallel::create(ctx, world, sp);
+    const int64_t rows = sp ? T / P : T, r0 = sp ? me * rows : 0;
+    for (bool gather_output : {false, true}) {
+      const std::string what = str_cat("column-parallel", sp ? " SP" : "", gather_output ? " gather_output" : "");
+      std::vector<double> y, dx, dw, db;
+      reference("col", y, dx, dw, db);
+      ColumnParallelLinear layer(ctx, "col", in, out, true, DType::F64, tp, {.gather_output = gather_output});
+      layer.init(ctx, 3, 0.5);
+      fill_parameter_normal(ctx, layer.bias, 3, 77, 0.0, 0.5);
+      const int64_t cols = gather_output ? out : out / P, c0 = gather_output ? 0 : me * cols;
+      Tensor yt = ctx.empty({T, cols}, DType::F64), dxt = ctx.empty({rows, in}, DType::F64);
+      layer.forward(ctx, yt, tensor_of(block(xv, in, r0, rows, 0, in), {rows, in}));
+      layer.backward(ctx, dxt, tensor_of(block(dyv, out, 0, T, c0, cols), {T, cols}));
+      expect_close(testing::to_doubles(ctx, yt), block(y, out, 0, T, c0, cols), what + " output");
+      expect_close(testing::to_doubles(ctx, dxt), block(dx, in, r0, rows, 0, in), what + " input gradient");
+      expect_close(testing::to_doubles(ctx, layer.weight.main_grad), piece(layer.weight, dw), what + " weight gradient");
+      expect_close(testing::to_doubles(ctx, layer.bias.main_grad), piece(layer.bias, db), what + " bias gradient");
+    }
+    for (bool input_is_parallel : {true, false}) {
+      const std::string what = str_cat("row-parallel", sp ? " SP" : "", input_is_parallel ? "" : " whole input");
+      std::vector<double> y, dx, dw, db;
+      reference("row", y, dx, dw, db);
+      RowParallelLinear layer(ctx, "row", in, out, true, DType::F64, tp, {.input_is_parallel = input_is_parallel});
+      layer.init(ctx, 3, 0.5);
+      fill_parameter_normal(ctx, layer.bias, 3, 77, 0.0, 0.5);
+      const int64_t cols = input_is_parallel ? in / P : in, c0 = input_is_parallel ? me * cols : 0;
+      Tensor yt = ctx.empty({rows, out}, DType::F64), dxt = ctx.empty({T, cols}, DType::F64);
+      layer.forward(ctx, yt, tensor_of(block(xv, in, 0, T, c0, cols), {T, cols}));
+      layer.backward(ctx, dxt, tensor_of(block(dyv, out, r0, rows, 0, out), {rows, out}));
+      expect_close(testing::to_doubles(ctx, yt), block(y, out, r0, rows, 0, out), what + " output");
+      expect_close(testing::to_doubles(ctx, dxt), block(dx, in, 0, T, c0, cols), what + " input gradient");
+      expect_close(testing::to_doubles(ctx, layer.weight.main_grad), piece(layer.weight, dw), what + " weight gradient");
+      expect_close(testing::to_doubles(ctx, layer.bias.main_grad), db, what + " bias gradient (replicated)");
     }
   }
 }
