@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <map>
 
 #include "harness.h"
@@ -318,6 +319,32 @@ TEST(TensorParallel, DropoutMasksFollowTheElementNotTheLayout) {
   const double c = model.forward_backward(ctx, batch.tokens, batch.labels, batch.mask, {.dropout_step = 2});
   EXPECT_GT(std::fabs(a - b), 1e-4) << "dropout is not active";
   EXPECT_GT(std::fabs(b - c), 1e-4) << "two micro-batches drew the same masks";
+}
+
+// Sequence parallelism shards what the layers save for backward (norm inputs, the residual stream, the
+// column-parallel layers' inputs): the peak memory of a forward-backward above the model state must drop.
+TEST(TensorParallel, SequenceParallelShrinksActivationMemory) {
+  auto world = testing::mpi_world();
+  Context& ctx = testing::cpu_context();
+  train::ModelArguments args = llama_args();
+  args.num_layers = 4;
+  args.hidden_size = 128;
+  args.kv_channels = 16;
+  args.ffn_hidden_size = 128;
+  args.seq_length = 64;
+  const ModelConfig config = make_model_config(args, DType::F32, 17, world->size());
+  const Batch batch = make_batch(ctx, 4, args.seq_length, args.vocab_size);
+  double peak[2] = {0, 0};
+  for (bool sp : {false, true}) {
+    GPTModel model(ctx, config, parallel::TensorParallel::create(ctx, world, sp));
+    const size_t state = ctx.allocator().stats().allocated_bytes;
+    ctx.allocator().reset_peak_stats();
+    model.forward_backward(ctx, batch.tokens, batch.labels, batch.mask);
+    peak[sp] = double(ctx.allocator().stats().peak_allocated_bytes - state);
+  }
+  std::cout << "TP=" << world->size() << " activation peak: " << peak[0] / 1e6 << " MB without SP, " << peak[1] / 1e6
+            << " MB with SP\n";
+  EXPECT_LT(peak[1], 0.6 * peak[0]);
 }
 
 TEST(TensorParallel, ConfigurationsThatDoNotSplitAreRefusedWithEveryReason) {
