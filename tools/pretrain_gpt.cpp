@@ -1,15 +1,17 @@
-// pretrain_gpt: train a GPT/Llama-style model with Megatron-LM's flags, on CPU or GPUs, data parallel
-// over the ranks of an MPI launch (one process per GPU; without a launcher, a world of one).
+// pretrain_gpt: train a GPT/Llama-style model with Megatron-LM's flags, on CPU or GPUs, tensor (and sequence)
+// and data parallel over the ranks of an MPI launch (one process per GPU; without a launcher, a world of one).
 //
 //   pretrain_gpt --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
 //       --micro-batch-size 4 --global-batch-size 8 --train-iters 100 --lr 1e-3 --mock-data --vocab-size 4096
 //   mpirun -np 2 pretrain_gpt ... --use-distributed-optimizer --overlap-grad-reduce
+//   mpirun -np 4 pretrain_gpt ... --tensor-model-parallel-size 2 --sequence-parallel   # TP=2 x DP=2
 //
 // The local rank picks the GPU; GPU ranks reduce with NCCL (its id broadcast over MPI), CPU ranks with
 // MPI. Rank 0 prints the resolved configuration, the layout, the parameter count, estimated memory and
 // the optimizer state per rank; the last rank prints Megatron's log line every --log-interval iterations
 // and validation loss and perplexity every --eval-interval (Megatron's print_rank_last); every GPU rank
-// prints its peak memory once. An error on any rank ends every rank (MPI_Abort).
+// prints its peak memory once, and the part of it above the model state (weights, gradient buffers,
+// optimizer state: what is allocated before the first step), i.e. the activations' peak. An error on any rank ends every rank (MPI_Abort).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +30,7 @@
 #include "megatron/checkpoint/checkpoint_dir.h"
 #include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/nn/gpt_model.h"
+#include "megatron/nn/parameter_shard.h"
 #include "megatron/train/flags.h"
 #include "megatron/train/flops.h"
 #include "megatron/train/log_line.h"
@@ -71,10 +74,10 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
   train::Arguments args = train::parse_arguments(argv);
   args.parallel.world_size = mpi.world_size();
   const bool first_rank = mpi.world_rank() == 0, last_rank = mpi.world_rank() == mpi.world_size() - 1;
-  MEGATRON_CHECK(args.parallel.tensor_model_parallel_size * args.parallel.pipeline_model_parallel_size *
-                         args.parallel.context_parallel_size == 1,
-                 "tensor, pipeline and context parallelism are not implemented yet; data parallelism is: "
-                 "mpirun -np N pretrain_gpt ...");
+  MEGATRON_CHECK(args.parallel.pipeline_model_parallel_size * args.parallel.context_parallel_size *
+                         args.parallel.expert_model_parallel_size == 1,
+                 "pipeline, context and expert parallelism are not implemented yet; tensor (with --sequence-parallel) "
+                 "and data parallelism are: mpirun -np N pretrain_gpt --tensor-model-parallel-size T ...");
 
   // The tokenizer decides the vocabulary (unless --vocab-size is given with mock data).
   int64_t eod = -1;
@@ -97,6 +100,10 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
 #endif
   train::resolve_and_validate(args);
   if (eod < 0) eod = args.model.vocab_size - 1;
+  // The format describes tensor-parallel pieces (docs/checkpoint.md); writing and reading them is not wired.
+  MEGATRON_CHECK(args.parallel.tensor_model_parallel_size == 1 || (args.checkpoint.save.empty() && args.checkpoint.load.empty()),
+                 "--save/--load with --tensor-model-parallel-size ", args.parallel.tensor_model_parallel_size,
+                 ": checkpoints of tensor-parallel runs are not supported yet (data-parallel runs are)");
 
   Device device = pick_device(args.training.device, mpi);
   auto ctx = Context::create(device);
@@ -125,18 +132,27 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
     }
   }
   // --- end checkpoints
-  nn::ModelConfig model_config = nn::make_model_config(args.model, dtype, model_seed);
+  nn::ModelConfig model_config =
+      nn::make_model_config(args.model, dtype, model_seed, args.parallel.tensor_model_parallel_size);
   model_config.deterministic = args.training.deterministic_mode;
-  nn::GPTModel model(*ctx, model_config);
+  nn::GPTModel model(*ctx, model_config,
+                     parallel::TensorParallel::create(*ctx, parallel.tp().comm, args.parallel.sequence_parallel));
+  // This rank's parameters (its pieces of the TP-split ones); the total counts replicated ones once.
   const int64_t num_params = nn::count_elements(model.parameters());
+  double total_params[1] = {0};
+  for (nn::Parameter* p : model.parameters())
+    if (!nn::is_tensor_parallel_duplicate(*p)) total_params[0] += double(p->value.numel());
+  if (parallel.tp().member()) parallel.tp().comm->all_reduce_host(total_params, comm::ReduceOp::Sum);
   // Weights in the parameter dtype, fp32 main grads, fp32 master (unless fp32 params) and two moments
   // (the last two divided over DP by the distributed optimizer).
   const double optimizer_bytes = double((dtype == DType::F32 ? 0 : 4) + 8) /
                                  (args.parallel.use_distributed_optimizer ? double(parallel.dp_size()) : 1.0);
   const double bytes_per_param = double(dtype_size(dtype)) + 4 + optimizer_bytes;
   if (first_rank)
-    std::cout << "device: " << device << (mpi.world_size() > 1 ? " (rank 0)" : "") << ", parameters: " << num_params
-              << " (" << double(num_params) / 1e6 << " M), estimated weights + grads + optimizer state per rank: "
+    std::cout << "device: " << device << (mpi.world_size() > 1 ? " (rank 0)" : "") << ", parameters: "
+              << int64_t(total_params[0]) << " (" << total_params[0] / 1e6 << " M)"
+              << (parallel.tp_size() > 1 ? str_cat(", ", num_params, " on this tensor-parallel rank") : std::string())
+              << ", estimated weights + grads + optimizer state per rank: "
               << gib(double(num_params) * bytes_per_param) << " (activations not included)\n";
 
   // Rank 0 builds (and caches) the dataset indices first, as Megatron does; the others then read them.
@@ -250,6 +266,9 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
   int64_t interval_iters = 0, skipped = 0, nans = 0;
   std::optional<double> last_grad_norm;
   bool printed_memory = false;
+  ctx->synchronize();
+  const size_t model_state_bytes = ctx->allocator().stats().allocated_bytes;  // weights, grads, optimizer state
+  ctx->allocator().reset_peak_stats();  // the peak below is the training steps' (not init's transients)
   for (int64_t iteration = start_iteration + 1; iteration <= t.train_iters; ++iteration) {
     last_iteration = iteration;
     if (t.profile && iteration == t.profile_step_start) cuda_profiler_start();
@@ -287,10 +306,12 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
       interval_iters = skipped = nans = 0;
       if (!printed_memory && device.is_cuda()) {
         AllocatorStats s = ctx->allocator().stats();
+        const double peak = double(s.peak_allocated_bytes), state = double(model_state_bytes);
         std::cout << (mpi.world_size() > 1 ? str_cat("[rank ", mpi.world_rank(), "] ") : std::string())
                   << "[after iteration " << iteration << "] memory (GiB): peak allocated "
-                  << double(s.peak_allocated_bytes) / double(1ull << 30) << " | peak reserved "
-                  << double(s.peak_reserved_bytes) / double(1ull << 30) << "\n";
+                  << peak / double(1ull << 30) << " | peak reserved " << double(s.peak_reserved_bytes) / double(1ull << 30)
+                  << " | model state " << state / double(1ull << 30) << " | peak activations (peak allocated - model "
+                  << "state) " << (peak - state) / double(1ull << 30) << "\n";
         printed_memory = true;
       }
     }

@@ -111,9 +111,54 @@ std::vector<OpCase> masked_mean_cases() {
   return cases;
 }
 
+// Vocabulary-parallel pieces on one shard [start, start + V) of a global vocabulary: the statistics, their
+// combination over 3 stacked shards' statistics, and the shard's backward (targets anywhere in the global range).
+std::vector<OpCase> vocab_parallel_cases() {
+  std::vector<OpCase> cases;
+  struct Shard {
+    int64_t tokens, global, start, vocab;
+  };
+  for (Shard s : {Shard{7, 40, 0, 20}, Shard{7, 40, 20, 20}, Shard{129, 50304, 25152, 25152}, Shard{33, 128256, 64128, 64128},
+                  Shard{5, 13, 6, 3}})
+    for (DType d : {DType::F32, DType::BF16}) {
+      const std::string name = str_cat(s.tokens, "x", s.vocab, "_of", s.global, "_at", s.start, "_", dtype_name(d));
+      OpCase st;
+      st.name = "vp_stats_" + name;
+      st.inputs = {TensorSpec{{s.tokens, s.vocab}, d, -8, 8}, TensorSpec{{s.tokens}, DType::I64, 0, double(s.global)}};
+      st.outputs = {TensorSpec{{3, s.tokens}, DType::F32}};
+      st.run = [s](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+        ops::vocab_parallel_cross_entropy_stats(ctx, out[0], in[0], in[1], s.start, s.global);
+      };
+      cases.push_back(st);
+      OpCase b;
+      b.name = "vp_backward_" + name;
+      b.inputs = {TensorSpec{{s.tokens, s.vocab}, d, -8, 8}, TensorSpec{{s.tokens}, DType::I64, 0, double(s.global)},
+                  TensorSpec{{s.tokens}, DType::F32, -1, 1}, TensorSpec{{s.tokens}, DType::F32, 8, 12}};
+      b.outputs = {TensorSpec{{s.tokens, s.vocab}, d}};
+      b.run = [s](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+        ops::vocab_parallel_cross_entropy_backward(ctx, out[0], in[2], in[0], in[1], in[3], s.start, s.global);
+      };
+      cases.push_back(b);
+    }
+  OpCase c;
+  c.name = "vp_combine_3x1000";
+  // Maxima in [-5, 5], sums in [1, 50], target logits in [-3, 3]: any values combine.
+  c.inputs = {TensorSpec{{3, 1, 1000}, DType::F32, -5, 5}, TensorSpec{{3, 1, 1000}, DType::F32, 1, 50},
+              TensorSpec{{3, 1, 1000}, DType::F32, -3, 3}};
+  c.outputs = {TensorSpec{{1000}, DType::F32}, TensorSpec{{1000}, DType::F32}};
+  c.run = [](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+    Tensor stats = ctx.empty({3, 3, 1000}, DType::F32);
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t k = 0; k < 3; ++k) copy_tensor(ctx, stats.select(r).select(k), in[size_t(k)].select(r).select(0));
+    ops::vocab_parallel_cross_entropy_combine(ctx, out[0], out[1], stats);
+  };
+  cases.push_back(c);
+  return cases;
+}
+
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases = forward_cases();
-  for (auto* more : {&backward_cases, &fused_cases, &masked_mean_cases})
+  for (auto* more : {&backward_cases, &fused_cases, &masked_mean_cases, &vocab_parallel_cases})
     for (OpCase& c : more()) cases.push_back(std::move(c));
   return cases;
 }
@@ -212,6 +257,55 @@ TEST(CrossEntropyReference, MatchesNaiveFormula) {
   }
   ops::masked_mean_loss(ctx, out, losses, mask);
   EXPECT_NEAR(out.data<double>()[0], num / den, 1e-12);
+}
+
+// Shards of the vocabulary: stats per shard, combined, give cross_entropy_forward's losses and lse; the shards'
+// backward gradients are the columns of the whole backward. Targets fall in every shard.
+TEST(CrossEntropyReference, VocabShardsComposeToTheWholeLoss) {
+  Context& ctx = testing::cpu_context();
+  const int64_t tokens = 9, vocab = 23;
+  const int64_t bounds[] = {0, 8, 16, 23};
+  Tensor logits = ctx.empty({tokens, vocab}, DType::F64), targets = ctx.empty({tokens}, DType::I64);
+  Tensor dlosses = ctx.empty({tokens}, DType::F64);
+  testing::fill_random(logits, 11, -6, 6);
+  testing::fill_random(dlosses, 12);
+  for (int64_t t = 0; t < tokens; ++t) targets.data<int64_t>()[t] = (t * 5 + 2) % vocab;
+  Tensor losses = ctx.empty({tokens}, DType::F64), lse = ctx.empty({tokens}, DType::F64);
+  ops::cross_entropy_forward(ctx, losses, lse, logits, targets);
+  Tensor dwhole = ctx.empty({tokens, vocab}, DType::F64);
+  ops::cross_entropy_backward(ctx, dwhole, dlosses, logits, targets, lse);
+
+  Tensor stats = ctx.empty({3, 3, tokens}, DType::F64);
+  std::vector<Tensor> shards;
+  for (int k = 0; k < 3; ++k) {
+    const int64_t start = bounds[k], width = bounds[k + 1] - start;
+    Tensor shard = ctx.empty({tokens, width}, DType::F64);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t v = 0; v < width; ++v)
+        shard.data<double>()[t * width + v] = logits.data<double>()[t * vocab + start + v];
+    ops::vocab_parallel_cross_entropy_stats(ctx, stats.select(k), shard, targets, start, vocab);
+    shards.push_back(shard);
+  }
+  Tensor vp_losses = ctx.empty({tokens}, DType::F64), vp_lse = ctx.empty({tokens}, DType::F64);
+  ops::vocab_parallel_cross_entropy_combine(ctx, vp_losses, vp_lse, stats);
+  for (int64_t t = 0; t < tokens; ++t) {
+    EXPECT_NEAR(vp_losses.data<double>()[t], losses.data<double>()[t], 1e-12) << "row " << t;
+    EXPECT_NEAR(vp_lse.data<double>()[t], lse.data<double>()[t], 1e-12) << "row " << t;
+  }
+  for (int k = 0; k < 3; ++k) {
+    const int64_t start = bounds[k], width = bounds[k + 1] - start;
+    Tensor d = ctx.empty({tokens, width}, DType::F64);
+    ops::vocab_parallel_cross_entropy_backward(ctx, d, dlosses, shards[size_t(k)], targets, lse, start, vocab);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t v = 0; v < width; ++v)
+        EXPECT_NEAR(d.data<double>()[t * width + v], dwhole.data<double>()[t * vocab + start + v], 1e-15)
+            << "shard " << k << " row " << t << " column " << v;
+  }
+  expect_error([&] { ops::vocab_parallel_cross_entropy_stats(ctx, stats.select(0), shards[2], targets, 16, 22); },
+               {"vocab_parallel_cross_entropy_stats", "[16, 23)", "[0, 22)"});
+  targets.data<int64_t>()[4] = vocab;
+  expect_error([&] { ops::vocab_parallel_cross_entropy_stats(ctx, stats.select(0), shards[0], targets, 0, vocab); },
+               {"vocab_parallel_cross_entropy_stats", "targets[4]", "23"});
 }
 
 // Huge logits must not overflow: the loss of a row is shift-invariant.

@@ -67,7 +67,81 @@ std::vector<OpCase> cases() {
   return out;
 }
 
-MEGATRON_OP_CASES(Embedding, cases);
+// Vocabulary-parallel shards: rows [start, start + V) of a global table; ids cover the whole global range,
+// so some rows are this shard's and some another's (zero rows / no gradient).
+std::vector<OpCase> shard_cases() {
+  std::vector<OpCase> out;
+  struct Shard {
+    int64_t tokens, global, start, rows, hidden;
+  };
+  for (Shard s : {Shard{37, 40, 0, 20, 9}, Shard{37, 40, 20, 20, 9}, Shard{129, 50304, 12576, 12576, 64},
+                  Shard{300, 13, 5, 4, 1000}})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const std::string name = str_cat("shard_T", s.tokens, "_G", s.global, "_at", s.start, "_V", s.rows, "_H", s.hidden,
+                                       "_", dtype_name(dt));
+      TensorSpec ids{{s.tokens}, DType::I64, 0, double(s.global)};
+      OpCase f;
+      f.name = "forward_" + name;
+      f.inputs = {TensorSpec{{s.rows, s.hidden}, dt}, ids};
+      f.outputs = {TensorSpec{{s.tokens, s.hidden}, dt}};
+      f.max_nmse = {1e-300};
+      f.run = [s](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& o) {
+        ops::vocab_parallel_embedding_forward(ctx, o[0], in[0], in[1], s.start, s.global);
+      };
+      out.push_back(f);
+      OpCase b;
+      b.name = "backward_accumulate_" + name;
+      b.inputs = {TensorSpec{{s.tokens, s.hidden}, dt}, ids, TensorSpec{{s.rows, s.hidden}, DType::F32}};
+      b.outputs = {TensorSpec{{s.rows, s.hidden}, DType::F32}};
+      b.output_starts_as_input = {{0, 2}};
+      b.run = [s](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& o) {
+        ops::vocab_parallel_embedding_backward(ctx, o[0], in[0], in[1], true, s.start, s.global);
+      };
+      out.push_back(b);
+    }
+  return out;
+}
+
+std::vector<OpCase> all_cases() {
+  std::vector<OpCase> out = cases();
+  for (OpCase& c : shard_cases()) out.push_back(std::move(c));
+  return out;
+}
+
+MEGATRON_OP_CASES(Embedding, all_cases);
+
+// The shards of a table, each looked up with vocab_parallel_embedding_forward, sum to the whole lookup; their
+// gradients are the rows of the whole gradient.
+TEST(EmbeddingReference, VocabShardsComposeToTheWholeTable) {
+  Context& ctx = testing::cpu_context();
+  const int64_t global = 11, hidden = 5, tokens = 23;
+  Tensor table = ctx.empty({global, hidden}, DType::F64), ids = ctx.empty({tokens}, DType::I32);
+  Tensor dout = ctx.empty({tokens, hidden}, DType::F64);
+  testing::fill_random(table, 1);
+  testing::fill_random(dout, 2);
+  for (int64_t i = 0; i < tokens; ++i) ids.data<int32_t>()[i] = int32_t((i * 7 + 3) % global);
+  Tensor whole = ctx.empty({tokens, hidden}, DType::F64), dwhole = ctx.empty({global, hidden}, DType::F64);
+  ops::embedding_forward(ctx, whole, table, ids);
+  ops::embedding_backward(ctx, dwhole, dout, ids, false);
+  const int64_t bounds[] = {0, 4, 4, 9, 11};  // an empty shard too
+  std::vector<double> sum(size_t(tokens * hidden), 0.0);
+  for (int k = 0; k + 1 < 5; ++k) {
+    const int64_t start = bounds[k], rows = bounds[k + 1] - bounds[k];
+    Tensor part = ctx.empty({tokens, hidden}, DType::F64), dpart = ctx.empty({rows, hidden}, DType::F64);
+    ops::vocab_parallel_embedding_forward(ctx, part, table.slice(start, start + rows), ids, start, global);
+    ops::vocab_parallel_embedding_backward(ctx, dpart, dout, ids, false, start, global);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part.data<double>()[i];
+    for (int64_t i = 0; i < rows * hidden; ++i)
+      EXPECT_EQ(dpart.data<double>()[i], dwhole.data<double>()[start * hidden + i]) << "shard " << k << " element " << i;
+  }
+  for (size_t i = 0; i < sum.size(); ++i) EXPECT_EQ(sum[i], whole.data<double>()[i]) << "element " << i;
+  Tensor small = ctx.empty({4, hidden}, DType::F64);
+  expect_error([&] { ops::vocab_parallel_embedding_forward(ctx, whole, small, ids, 8, global); },
+               {"vocab_parallel_embedding_forward", "[8, 12)", "[0, 11)"});
+  ids.data<int32_t>()[3] = int32_t(global);
+  expect_error([&] { ops::vocab_parallel_embedding_forward(ctx, whole, small, ids, 4, global); },
+               {"embedding_forward", "ids[3]", "[0, 11)"});
+}
 
 Tensor to_index(Context& ctx, const Tensor& f64) {
   Tensor ids = ctx.empty(f64.shape(), DType::I64);

@@ -54,7 +54,7 @@ Tensor GPTInference::forward(Context& ctx, const Tensor& tokens_in) {
 
   // Embedding (+ learned positions at absolute positions).
   Tensor x = ctx.empty({B, S, h}, dt);
-  ops::embedding_forward(ctx, x, model_.embedding.word_embeddings.value, tokens);
+  ops::embedding_forward(ctx, x, model_.embedding.word_embeddings.weight.value, tokens);
   if (model_.embedding.position_embeddings.defined()) {
     std::vector<int64_t> ids(static_cast<size_t>(T));
     for (int64_t b = 0; b < B; ++b)

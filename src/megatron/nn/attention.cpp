@@ -5,17 +5,24 @@
 
 namespace megatron::nn {
 
-SelfAttention::SelfAttention(Context& ctx, const std::string& name, const ModelConfig& config)
-    : n_(config.heads()),
-      g_(config.query_groups()),
+SelfAttention::SelfAttention(Context& ctx, const std::string& name, const ModelConfig& config,
+                             const parallel::TensorParallel& tp)
+    : tp_(tp),
+      n_(config.heads() / tp.size()),
+      g_(config.query_groups() / tp.size()),
       d_(config.head_dim()),
       rope_(config.position_embedding() == PositionEmbedding::Rope),
       deterministic_(config.deterministic),
       rotary_percent_(config.args.rotary_percent),
       rotary_base_(config.args.rotary_base) {
-  const int64_t qkv_rows = g_ * (n_ / g_ + 2) * d_;
-  linear_qkv = Linear(ctx, name + ".linear_qkv", config.hidden(), qkv_rows, config.bias(), config.params_dtype);
-  linear_proj = Linear(ctx, name + ".linear_proj", n_ * d_, config.hidden(), config.bias(), config.params_dtype);
+  MEGATRON_CHECK(config.heads() % tp.size() == 0 && config.query_groups() % tp.size() == 0, "SelfAttention ", name,
+                 ": ", config.heads(), " heads and ", config.query_groups(), " query groups must be divisible by TP ",
+                 tp.size());
+  const int64_t P = tp.size(), qkv_rows = P * g_ * (n_ / g_ + 2) * d_;
+  linear_qkv = ColumnParallelLinear(ctx, name + ".linear_qkv", config.hidden(), qkv_rows, config.bias(),
+                                    config.params_dtype, tp);
+  linear_proj = RowParallelLinear(ctx, name + ".linear_proj", P * n_ * d_, config.hidden(), config.bias(),
+                                  config.params_dtype, tp);
 }
 
 void SelfAttention::init(Context& ctx, const ModelConfig& config) {
@@ -28,8 +35,14 @@ std::optional<ops::RopeOptions> SelfAttention::rope() const {
   return ops::RopeOptions{.base = rotary_base_, .rotary_percent = rotary_percent_};
 }
 
-void SelfAttention::forward(Context& ctx, const Tensor& out, const Tensor& x) {
-  const int64_t b = x.dim(0), s = x.dim(1), r = n_ / g_;
+void SelfAttention::forward(Context& ctx, const Tensor& out, const Tensor& x, int64_t seq) {
+  if (seq == 0) {
+    MEGATRON_CHECK(x.rank() == 3, "SelfAttention: x ", x.describe(), " must be [b, s, h] when no sequence length is given");
+    seq = x.dim(1);
+  }
+  const int64_t tokens = x.shape().rows() * (tp_.sp() ? tp_.size() : 1);  // whole sequences after the gather
+  MEGATRON_CHECK(seq > 0 && tokens % seq == 0, "SelfAttention: ", tokens, " token rows are not whole sequences of ", seq);
+  const int64_t b = tokens / seq, s = seq, r = n_ / g_;
   const DType dt = x.dtype();
   Tensor qkv = ctx.empty({b, s, g_ * (r + 2) * d_}, dt);
   linear_qkv.forward(ctx, qkv, x);

@@ -9,17 +9,26 @@
 // query head per group the fused layout is [b, s, n, 3, d], which the packed attention op reads (and whose
 // gradient it writes) in place.
 //
-// forward(ctx, out, x): x [b, s, h] -> out [b, s, h] assigned (linear_proj's bias included).
-//   Saves q (after RoPE), k, v, the attention output and its LSE stats, plus the two Linears' inputs.
-// backward(ctx, dx, dout): dx assigned; every parameter's main grad accumulated (+=).
+// Tensor parallelism (split by heads): linear_qkv is column-parallel and linear_proj row-parallel. Rank r
+// holds query groups [r * g / TP, (r + 1) * g / TP) with their query heads and key/value heads: in the fused
+// layout that is one contiguous block of rows, so the local QKV projection has the same per-group layout with
+// g / TP groups and n / TP heads, and split / RoPE / attention run unchanged on the local heads. linear_proj
+// holds the matching columns [r * n d / TP, (r + 1) * n d / TP) and sums the ranks' partial outputs.
+//
+// forward(ctx, out, x, seq): x holds whole sequences of length seq: [b * s, h] (or [b, s, h]; seq 0 then
+//   means x.dim(1)), or under sequence parallelism this rank's token rows [b * s / TP, h]; out like x,
+//   assigned (linear_proj's bias included). Saves q (after RoPE), k, v, the attention output and its LSE
+//   stats, plus the two projections' inputs.
+// backward(ctx, dx, dout): dx like x, assigned; every parameter's main grad accumulated (+=).
 // RoPE (position_embedding_type rope) rotates q and k: rotary_percent, rotary_base, positions 0..s-1.
 #pragma once
 
 #include <optional>
 #include <string>
 
+#include "megatron/nn/column_parallel_linear.h"
 #include "megatron/nn/config.h"
-#include "megatron/nn/linear.h"
+#include "megatron/nn/row_parallel_linear.h"
 #include "megatron/ops/rope/rope.h"
 
 namespace megatron::nn {
@@ -27,21 +36,23 @@ namespace megatron::nn {
 class SelfAttention {
  public:
   SelfAttention() = default;
-  SelfAttention(Context& ctx, const std::string& name, const ModelConfig& config);
+  SelfAttention(Context& ctx, const std::string& name, const ModelConfig& config,
+                const parallel::TensorParallel& tp = {});
 
   void init(Context& ctx, const ModelConfig& config);
-  void forward(Context& ctx, const Tensor& out, const Tensor& x);
+  void forward(Context& ctx, const Tensor& out, const Tensor& x, int64_t seq = 0);
   void backward(Context& ctx, const Tensor& dx, const Tensor& dout);
   void collect_parameters(ParameterList& out);
 
-  Linear linear_qkv;   // [g * (n/g + 2) * d, h]
-  Linear linear_proj;  // [h, n * d]
+  ColumnParallelLinear linear_qkv;  // [g * (n/g + 2) * d / TP, h]
+  RowParallelLinear linear_proj;    // [h, n * d / TP]
 
  private:
   std::optional<ops::RopeOptions> rope() const;  // none without RoPE
   bool packed() const { return g_ == n_ && !rope_; }
 
-  int64_t n_ = 0, g_ = 0, d_ = 0;
+  parallel::TensorParallel tp_;
+  int64_t n_ = 0, g_ = 0, d_ = 0;  // this rank's heads and groups
   bool rope_ = false;
   bool deterministic_ = false;
   double rotary_percent_ = 1.0, rotary_base_ = 10000.0;

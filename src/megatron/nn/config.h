@@ -47,10 +47,13 @@ struct ModelConfig {
   DType stats_dtype() const { return params_dtype == DType::F64 ? DType::F64 : DType::F32; }
 };
 
-// Resolves and validates; padded vocab = vocab_size rounded up to make_vocab_size_divisible_by (no TP yet).
-ModelConfig make_model_config(train::ModelArguments args, DType params_dtype, uint64_t seed);
+// Resolves and validates; padded vocab = vocab_size rounded up to make_vocab_size_divisible_by *
+// tensor_parallel_size (Megatron's rule), and the architecture must split over that many TP ranks.
+ModelConfig make_model_config(train::ModelArguments args, DType params_dtype, uint64_t seed,
+                              int tensor_parallel_size = 1);
 
-// Every violated constraint (empty when the configuration can be built).
-std::vector<std::string> model_config_violations(const ModelConfig& config);
+// Every violated constraint (empty when the configuration can be built), including the splits over
+// tensor_parallel_size ranks (heads, query groups, ffn size and padded vocabulary divisible by it).
+std::vector<std::string> model_config_violations(const ModelConfig& config, int tensor_parallel_size = 1);
 
 }  // namespace megatron::nn

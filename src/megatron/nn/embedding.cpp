@@ -8,18 +8,22 @@
 
 namespace megatron::nn {
 
-LanguageModelEmbedding::LanguageModelEmbedding(Context& ctx, const ModelConfig& config)
-    : init_std_(config.args.init_method_std), seed_(config.seed), dropout_p_(float(config.args.hidden_dropout)) {
-  word_embeddings = make_parameter(ctx, "embedding.word_embeddings.weight",
-                                   {config.padded_vocab_size, config.hidden()}, config.params_dtype, false);
+LanguageModelEmbedding::LanguageModelEmbedding(Context& ctx, const ModelConfig& config,
+                                               const parallel::TensorParallel& tp)
+    : word_embeddings(ctx, "embedding.word_embeddings.weight", config.padded_vocab_size, config.hidden(),
+                      config.params_dtype, tp),
+      tp_(tp),
+      init_std_(config.args.init_method_std),
+      seed_(config.seed),
+      dropout_p_(float(config.args.hidden_dropout)) {
   if (config.position_embedding() == PositionEmbedding::LearnedAbsolute)
     position_embeddings = make_parameter(ctx, "embedding.position_embeddings.weight",
-                                         {config.args.max_position_embeddings, config.hidden()},
-                                         config.params_dtype, false);
+                                         {config.args.max_position_embeddings, config.hidden()}, config.params_dtype,
+                                         false, {.dim = -1, .blocks = 1, .rank = tp.rank(), .size = tp.size()});
 }
 
 void LanguageModelEmbedding::init(Context& ctx) {
-  init_normal(ctx, word_embeddings, seed_, init_std_);
+  init_normal(ctx, word_embeddings.weight, seed_, init_std_);
   if (position_embeddings.defined()) init_normal(ctx, position_embeddings, seed_, init_std_);
 }
 
@@ -38,38 +42,43 @@ const Tensor& LanguageModelEmbedding::position_ids(Context& ctx, int64_t batch, 
 void LanguageModelEmbedding::forward(Context& ctx, const Tensor& out, const Tensor& tokens, bool training,
                                      uint64_t dropout_offset) {
   MEGATRON_CHECK(tokens.rank() == 2, "LanguageModelEmbedding: tokens must be [b, s], got ", tokens.describe());
+  const int64_t b = tokens.dim(0), s = tokens.dim(1), T = b * s, h = word_embeddings.weight.value.dim(1);
+  const int64_t rows = tp_.sp_rows(T), first = tp_.sp_row_offset(T);
+  MEGATRON_CHECK(out.numel() == rows * h, "LanguageModelEmbedding: out ", out.describe(), " must hold ", rows,
+                 " token rows of ", h, " for tokens ", tokens.describe());
   active_p_ = training ? dropout_p_ : 0.0f;
   const bool dropout = active_p_ > 0.0f;
   const Tensor sum = dropout ? ctx.empty(out.shape(), out.dtype()) : out;
-  ops::embedding_forward(ctx, sum, word_embeddings.value, tokens);
+  word_embeddings.forward(ctx, sum, tokens);
   if (position_embeddings.defined()) {
-    MEGATRON_CHECK(tokens.dim(1) <= position_embeddings.value.dim(0), "LanguageModelEmbedding: sequence length ",
-                   tokens.dim(1), " exceeds --max-position-embeddings ", position_embeddings.value.dim(0));
+    MEGATRON_CHECK(s <= position_embeddings.value.dim(0), "LanguageModelEmbedding: sequence length ", s,
+                   " exceeds --max-position-embeddings ", position_embeddings.value.dim(0));
     Tensor pos = ctx.empty(out.shape(), out.dtype());
-    ops::embedding_forward(ctx, pos, position_embeddings.value, position_ids(ctx, tokens.dim(0), tokens.dim(1)));
+    const Tensor ids = position_ids(ctx, b, s).view({T}).slice(first, first + rows);  // this rank's rows
+    ops::embedding_forward(ctx, pos.view({rows, h}), position_embeddings.value, ids);
     ops::add(ctx, sum, sum, pos);
   }
-  if (dropout) ops::dropout_forward(ctx, out, sum, active_p_, seed_, dropout_offset, 0);
-  saved_tokens_ = tokens;
   dropout_offset_ = dropout_offset;
+  dropout_index_base_ = uint64_t(first * h);
+  if (dropout) ops::dropout_forward(ctx, out, sum, active_p_, seed_, dropout_offset, dropout_index_base_);
 }
 
 void LanguageModelEmbedding::backward(Context& ctx, const Tensor& dout) {
-  MEGATRON_CHECK(saved_tokens_.defined(), "LanguageModelEmbedding: backward without a forward");
   Tensor dsum = dout;
   if (active_p_ > 0.0f) {
     dsum = ctx.empty(dout.shape(), dout.dtype());
-    ops::dropout_backward(ctx, dsum, dout, active_p_, seed_, dropout_offset_, 0);
+    ops::dropout_backward(ctx, dsum, dout, active_p_, seed_, dropout_offset_, dropout_index_base_);
   }
-  ops::embedding_backward(ctx, word_embeddings.main_grad, dsum, saved_tokens_, true);
-  if (position_embeddings.defined())
-    ops::embedding_backward(ctx, position_embeddings.main_grad, dsum,
-                            position_ids(ctx, saved_tokens_.dim(0), saved_tokens_.dim(1)), true);
-  saved_tokens_ = Tensor();
+  const Tensor dwhole = word_embeddings.backward(ctx, dsum);  // [T, h]: every token's gradient
+  if (position_embeddings.defined()) {
+    const Tensor& ids = position_ids_;  // [b, s], set by forward
+    ops::embedding_backward(ctx, position_embeddings.main_grad,
+                            dwhole.view({ids.dim(0), ids.dim(1), dwhole.dim(1)}), ids, true);
+  }
 }
 
 void LanguageModelEmbedding::collect_parameters(ParameterList& out) {
-  out.push_back(&word_embeddings);
+  out.push_back(&word_embeddings.weight);
   if (position_embeddings.defined()) out.push_back(&position_embeddings);
 }
 

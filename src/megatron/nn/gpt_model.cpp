@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "megatron/nn/column_parallel_linear.h"
+#include "megatron/nn/vocab_parallel_cross_entropy.h"
 #include "megatron/ops/cross_entropy/cross_entropy.h"
 #include "megatron/ops/elementwise/elementwise.h"
 
@@ -23,10 +25,15 @@ double read_scalar(Context& ctx, const Tensor& t) {
   return double(v);
 }
 
-// Checked before any allocation: what the CUDA ops of this model cannot do.
-const ModelConfig& check_device_support(Context& ctx, const ModelConfig& config) {
+// Checked before any allocation: the splits over TP, and what the CUDA ops of this model cannot do.
+const ModelConfig& check_supported(Context& ctx, const ModelConfig& config, const parallel::TensorParallel& tp) {
+  std::vector<std::string> v = model_config_violations(config, tp.size());
+  if (!v.empty()) {
+    std::string msg = str_cat("GPTModel: configuration cannot be split over ", tp.size(), " tensor-parallel ranks:");
+    for (const std::string& s : v) msg += "\n  - " + s;
+    MEGATRON_FAIL(msg);
+  }
   if (!ctx.is_cuda()) return config;
-  std::vector<std::string> v;
   if (config.params_dtype != DType::BF16 && config.params_dtype != DType::F16)
     v.push_back(str_cat("parameter dtype ", dtype_name(config.params_dtype),
                         " on CUDA: the fused attention (cuDNN) runs in bf16/fp16 only; use --bf16 or --fp16"));
@@ -42,16 +49,17 @@ const ModelConfig& check_device_support(Context& ctx, const ModelConfig& config)
 }
 }  // namespace
 
-GPTModel::GPTModel(Context& ctx, const ModelConfig& config)
-    : embedding(ctx, check_device_support(ctx, config)),
-      final_layernorm(ctx, "decoder.final_layernorm", config),
-      config_(config) {
+GPTModel::GPTModel(Context& ctx, const ModelConfig& config, const parallel::TensorParallel& tp)
+    : embedding(ctx, check_supported(ctx, config, tp), tp),
+      final_layernorm(ctx, "decoder.final_layernorm", config, tp),
+      config_(config),
+      tp_(tp) {
   layers.reserve(size_t(config.num_layers()));
   for (int i = 0; i < config.num_layers(); ++i)
-    layers.emplace_back(ctx, "decoder.layers." + std::to_string(i), config);
+    layers.emplace_back(ctx, "decoder.layers." + std::to_string(i), config, tp);
   if (!config.tied())
     output_layer = make_parameter(ctx, "output_layer.weight", {config.padded_vocab_size, config.hidden()},
-                                  config.params_dtype, false);
+                                  config.params_dtype, false, {.dim = 0, .blocks = 1, .rank = tp.rank(), .size = tp.size()});
   init(ctx);
 }
 
@@ -88,37 +96,42 @@ Tensor GPTModel::forward(Context& ctx, const Tensor& tokens, const Tensor& label
                  "GPTModel: tokens, labels and loss_mask must all be [b, s]; got ", tokens.describe(), ", ",
                  labels.describe(), ", ", loss_mask.describe());
   const int64_t b = tokens.dim(0), s = tokens.dim(1), T = b * s, h = config_.hidden();
+  const int64_t rows = tp_.sp_rows(T);  // this rank's token rows of the sequence-parallel region
+  MEGATRON_CHECK(!tp_.sp() || T % tp_.size() == 0, "GPTModel: ", T, " tokens per micro-batch do not split over ",
+                 tp_.size(), " sequence-parallel ranks");
   const DType dt = config_.params_dtype, st = config_.stats_dtype();
   const uint64_t sites = 1 + TransformerLayer::kDropoutSites * layers.size();
   const uint64_t offset = kDropoutStream + dropout_step * sites;
 
-  Tensor embedded = ctx.empty({b, s, h}, dt);
+  Tensor embedded = ctx.empty({rows, h}, dt);
   call_hook(hooks.before_forward, [&](ParameterList& l) { embedding.collect_parameters(l); });
   embedding.forward(ctx, embedded, tokens, training, offset);
   ResidualStream stream{embedded, Tensor()};
   for (size_t i = 0; i < layers.size(); ++i) {
     call_hook(hooks.before_forward, [&](ParameterList& l) { layers[i].collect_parameters(l); });
-    stream = layers[i].forward(ctx, stream, training, offset + 1 + TransformerLayer::kDropoutSites * i);
+    stream = layers[i].forward(ctx, stream, training, offset + 1 + TransformerLayer::kDropoutSites * i, s);
   }
   call_hook(hooks.before_forward, [&](ParameterList& l) {
     final_layernorm.collect_parameters(l);
     if (output_layer.defined()) l.push_back(&output_layer);
   });
-  final_hidden_ = ctx.empty({T, h}, dt);
-  norm_of_stream(ctx, final_layernorm, final_hidden_,
-                 {stream.residual.view({T, h}), stream.branch.defined() ? stream.branch.view({T, h}) : Tensor()});
+  final_hidden_ = ctx.empty({rows, h}, dt);
+  norm_of_stream(ctx, final_layernorm, final_hidden_, stream);
 
-  logits_ = ctx.empty({T, config_.padded_vocab_size}, dt);
-  linear_forward(ctx, logits_, final_hidden_, output_weight(), nullptr);
+  // The output layer is column-parallel over the vocabulary (the tied embedding's shard): this rank's logits.
+  Parameter& weight = output_weight();
+  logits_ = ctx.empty({T, weight.value.dim(0)}, dt);
+  column_parallel_linear_forward(ctx, tp_, logits_, final_hidden_, weight, nullptr);
 
   Tensor losses = ctx.empty({T}, st);
   lse_ = ctx.empty({T}, st);
   labels_ = labels.view({T});
   loss_mask_ = loss_mask.view({T});
   if (dlosses.defined()) {  // training: the loss gradient is known, so the gradient comes out of the same pass
-    ops::cross_entropy_forward_backward(ctx, losses, lse_, logits_, dlosses, logits_, labels_);  // logits_ := dlogits
+    vocab_parallel_cross_entropy_forward_backward(ctx, tp_, losses, lse_, logits_, dlosses, logits_, labels_,
+                                                  vocab_start(), config_.padded_vocab_size);  // logits_ := dlogits
   } else {
-    ops::cross_entropy_forward(ctx, losses, lse_, logits_, labels_);
+    vocab_parallel_cross_entropy(ctx, tp_, losses, lse_, logits_, labels_, vocab_start(), config_.padded_vocab_size);
   }
   Tensor loss = ctx.empty({1}, st);
   ops::masked_mean_loss(ctx, loss, losses, loss_mask_);
@@ -127,21 +140,21 @@ Tensor GPTModel::forward(Context& ctx, const Tensor& tokens, const Tensor& label
 }
 
 void GPTModel::backward(Context& ctx, const ParamHooks& hooks) {
-  const int64_t b = hidden_shape_[0], s = hidden_shape_[1], T = b * s, h = config_.hidden();
+  const int64_t T = hidden_shape_[0] * hidden_shape_[1], h = config_.hidden(), rows = tp_.sp_rows(T);
   const DType dt = config_.params_dtype;
 
-  // logits_ already holds dlogits (the forward's fused cross-entropy).
-  Tensor dfinal = ctx.empty({T, h}, dt);
-  linear_backward(ctx, dfinal, logits_, final_hidden_, output_weight(), nullptr);
-  Tensor dhidden = ctx.empty({b, s, h}, dt);
-  final_layernorm.backward(ctx, dhidden.view({T, h}), dfinal);
+  // logits_ already holds dlogits (this rank's vocabulary columns; the forward's fused cross-entropy).
+  Tensor dfinal = ctx.empty({rows, h}, dt);
+  column_parallel_linear_backward(ctx, tp_, dfinal, logits_, final_hidden_, output_weight(), nullptr);
+  Tensor dhidden = ctx.empty({rows, h}, dt);
+  final_layernorm.backward(ctx, dhidden, dfinal);
   call_hook(hooks.grads_final, [&](ParameterList& l) {
     final_layernorm.collect_parameters(l);
     if (output_layer.defined()) l.push_back(&output_layer);
   });
 
   for (size_t i = layers.size(); i-- > 0;) {
-    Tensor dprev = ctx.empty({b, s, h}, dt);
+    Tensor dprev = ctx.empty({rows, h}, dt);
     layers[i].backward(ctx, dprev, dhidden);
     call_hook(hooks.grads_final, [&](ParameterList& l) { layers[i].collect_parameters(l); });
     dhidden = dprev;

@@ -17,6 +17,15 @@
 // its gradient into that parameter's main_grad; parameters() lists it once. Untied: "output_layer.weight"
 // [padded V, h], normal(0, init_method_std), no bias. Logits cover the padded vocabulary (as in Megatron).
 // Activations are in the parameter dtype; norm statistics, softmax/LSE and the loss are F32 (F64 for F64).
+//
+// Tensor parallelism (a TensorParallel of size TP > 1, parallel/tensor_parallel.h): the word embeddings (and
+// the output layer, tied or not) are split by vocabulary rows, attention by query groups, the MLP by ffn
+// columns (docs/parallelism.md); the loss is the vocabulary-parallel cross-entropy (no logits gathered), so
+// every TP rank returns the same loss, and each rank's gradients are its pieces of the TP = 1 gradients (up to
+// reduction order). With sequence parallelism the norms, dropout and residual stream hold this rank's token
+// rows. Every parameter records its split (Parameter::tp; parameter_shard.h gives the global offsets), and
+// its initial values are its piece of the TP = 1 initialisation, so TP = N is the TP = 1 function.
+// Replicated parameters get the same gradient on every TP rank.
 #pragma once
 
 #include <functional>
@@ -53,8 +62,9 @@ struct StepOptions {
 class GPTModel {
  public:
   // Allocates every parameter on ctx's device and initialises it (init()). On CUDA the parameters must be
-  // BF16 or F16 and the head dimension a multiple of 8 (the fused attention's limits); checked before allocating.
-  GPTModel(Context& ctx, const ModelConfig& config);
+  // BF16 or F16 and the head dimension a multiple of 8 (the fused attention's limits); the architecture must
+  // split over tp.size() ranks; both checked before allocating, every violation listed.
+  GPTModel(Context& ctx, const ModelConfig& config, const parallel::TensorParallel& tp = {});
   GPTModel(const GPTModel&) = delete;
   GPTModel& operator=(const GPTModel&) = delete;
 
@@ -74,12 +84,13 @@ class GPTModel {
   ParameterList parameters();
   const ModelConfig& config() const { return config_; }
   // The weight the logits are computed with (word embeddings when tied).
-  Parameter& output_weight() { return config_.tied() ? embedding.word_embeddings : output_layer; }
+  Parameter& output_weight() { return config_.tied() ? embedding.word_embeddings.weight : output_layer; }
+  const parallel::TensorParallel& tensor_parallel() const { return tp_; }
 
   LanguageModelEmbedding embedding;
   std::vector<TransformerLayer> layers;
   Norm final_layernorm;
-  Parameter output_layer;  // untied only: "output_layer.weight"
+  Parameter output_layer;  // untied only: "output_layer.weight" (split by vocabulary rows over TP)
 
  private:
   // Runs the forward pass; returns the loss as a device scalar.
@@ -88,8 +99,11 @@ class GPTModel {
                  uint64_t dropout_step, const ParamHooks& hooks = {}, const Tensor& dlosses = Tensor());
   // From dlogits (left in logits_ by the forward) down to the embedding.
   void backward(Context& ctx, const ParamHooks& hooks = {});
+  // The first vocabulary entry of this rank's shard of the output layer.
+  int64_t vocab_start() const { return int64_t(tp_.rank()) * (config_.padded_vocab_size / tp_.size()); }
 
   ModelConfig config_;
+  parallel::TensorParallel tp_;
   // Saved by forward for backward.
   Tensor final_hidden_, logits_, lse_, labels_, loss_mask_;
   std::vector<int64_t> hidden_shape_;  // {b, s}

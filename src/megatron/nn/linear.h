@@ -11,7 +11,9 @@
 //   W.main_grad += dy^T x (gemm with beta = 1 straight into the F32/F64 main grad);
 //   b.main_grad += sum over rows of dy (from the dW gemm's bias-gradient epilogue, then added).
 // All tensors share the parameter dtype; main grads are F32 (F64 for F64 parameters).
-// linear_forward/linear_backward are the same computation on borrowed parameters (the tied output layer).
+// linear_forward/linear_backward are the same computation on borrowed parameters (the tied output layer);
+// linear_backward is linear_backward_input (dx) then linear_backward_weight (main grads), which tensor-parallel
+// layers call separately to overlap a collective on dx with the weight-gradient GEMM.
 #pragma once
 
 #include <string>
@@ -24,6 +26,9 @@ void linear_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parame
                     const Tensor& gelu_input_out = Tensor());
 void linear_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x, Parameter& weight,
                      Parameter* bias, const Tensor& dx_gelu_input = Tensor());
+void linear_backward_input(Context& ctx, const Tensor& dx, const Tensor& dy, const Parameter& weight,
+                           const Tensor& dx_gelu_input = Tensor());
+void linear_backward_weight(Context& ctx, const Tensor& dy, const Tensor& x, Parameter& weight, Parameter* bias);
 
 class Linear {
  public:

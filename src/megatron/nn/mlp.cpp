@@ -4,19 +4,15 @@
 
 namespace megatron::nn {
 
-namespace {
-Shape with_last(const Shape& s, int64_t last) {
-  std::vector<int64_t> dims = s.dims();
-  dims.back() = last;
-  return Shape(dims);
-}
-}  // namespace
-
-MLP::MLP(Context& ctx, const std::string& name, const ModelConfig& config)
-    : swiglu_(config.args.swiglu), ffn_(config.ffn()) {
-  linear_fc1 = Linear(ctx, name + ".linear_fc1", config.hidden(), ffn_ * (swiglu_ ? 2 : 1), config.bias(),
-                      config.params_dtype);
-  linear_fc2 = Linear(ctx, name + ".linear_fc2", ffn_, config.hidden(), config.bias(), config.params_dtype);
+MLP::MLP(Context& ctx, const std::string& name, const ModelConfig& config, const parallel::TensorParallel& tp)
+    : tp_(tp), swiglu_(config.args.swiglu), ffn_(config.ffn() / tp.size()) {
+  MEGATRON_CHECK(config.ffn() % tp.size() == 0, "MLP ", name, ": --ffn-hidden-size ", config.ffn(),
+                 " must be divisible by TP ", tp.size());
+  const int blocks = swiglu_ ? 2 : 1;
+  linear_fc1 = ColumnParallelLinear(ctx, name + ".linear_fc1", config.hidden(), config.ffn() * blocks, config.bias(),
+                                    config.params_dtype, tp, {.gather_output = false, .blocks = blocks});
+  linear_fc2 = RowParallelLinear(ctx, name + ".linear_fc2", config.ffn(), config.hidden(), config.bias(),
+                                 config.params_dtype, tp);
 }
 
 void MLP::init(Context& ctx, const ModelConfig& config) {
@@ -25,8 +21,10 @@ void MLP::init(Context& ctx, const ModelConfig& config) {
 }
 
 void MLP::forward(Context& ctx, const Tensor& out, const Tensor& x) {
-  pre_act_ = ctx.empty(with_last(x.shape(), linear_fc1.out_features()), x.dtype());
-  Tensor act = ctx.empty(with_last(x.shape(), ffn_), x.dtype());
+  // Every token row after the column-parallel layer's gather (sequence parallelism), this rank's columns.
+  const int64_t rows = x.shape().rows() * (tp_.sp() ? tp_.size() : 1);
+  pre_act_ = ctx.empty({rows, linear_fc1.out_features()}, x.dtype());
+  Tensor act = ctx.empty({rows, ffn_}, x.dtype());
   if (swiglu_) {
     linear_fc1.forward(ctx, pre_act_, x);
     ops::swiglu_forward(ctx, act, pre_act_);
@@ -40,7 +38,7 @@ void MLP::backward(Context& ctx, const Tensor& dx, const Tensor& dout) {
   MEGATRON_CHECK(pre_act_.defined(), "MLP: backward without a forward");
   Tensor dpre = ctx.empty(pre_act_.shape(), pre_act_.dtype());
   if (swiglu_) {
-    Tensor dact = ctx.empty(with_last(dout.shape(), ffn_), dout.dtype());
+    Tensor dact = ctx.empty({pre_act_.dim(0), ffn_}, dout.dtype());
     linear_fc2.backward(ctx, dact, dout);
     ops::swiglu_backward(ctx, dpre, dact, pre_act_);
   } else {

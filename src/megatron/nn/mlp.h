@@ -2,34 +2,40 @@
 //
 // linear_fc1 [F * (2 if swiglu), h]; with SwiGLU its rows are Megatron's fused [gate | up] (the first F
 // output columns gate, the last F up). linear_fc2 [h, F], init std / sqrt(2 * num_layers).
-// forward(ctx, out, x): x [..., h] -> out [..., h] assigned. Saves the fc1 output (pre-activation) and,
-//   through linear_fc2, the activation.
+// Tensor parallelism: linear_fc1 is column-parallel, linear_fc2 row-parallel, the activation runs on this
+// rank's F / TP columns. With SwiGLU, fc1 is split in two blocks (Megatron's partition stride 2): rank r
+// holds [gate rows r; up rows r] ([2F / TP, h]), so its output is again [gate | up] for its columns and the
+// fused SwiGLU op runs unchanged.
+// forward(ctx, out, x): x [rows, h] (this rank's token rows under sequence parallelism) -> out like x,
+//   assigned. Saves the fc1 output (pre-activation) and, through linear_fc2, the activation.
 // backward(ctx, dx, dout): dx assigned; main grads accumulated (+=).
 #pragma once
 
 #include <string>
 
+#include "megatron/nn/column_parallel_linear.h"
 #include "megatron/nn/config.h"
-#include "megatron/nn/linear.h"
+#include "megatron/nn/row_parallel_linear.h"
 
 namespace megatron::nn {
 
 class MLP {
  public:
   MLP() = default;
-  MLP(Context& ctx, const std::string& name, const ModelConfig& config);
+  MLP(Context& ctx, const std::string& name, const ModelConfig& config, const parallel::TensorParallel& tp = {});
 
   void init(Context& ctx, const ModelConfig& config);
   void forward(Context& ctx, const Tensor& out, const Tensor& x);
   void backward(Context& ctx, const Tensor& dx, const Tensor& dout);
   void collect_parameters(ParameterList& out);
 
-  Linear linear_fc1;
-  Linear linear_fc2;
+  ColumnParallelLinear linear_fc1;
+  RowParallelLinear linear_fc2;
 
  private:
+  parallel::TensorParallel tp_;
   bool swiglu_ = false;
-  int64_t ffn_ = 0;
+  int64_t ffn_ = 0;  // this rank's F / TP
   Tensor pre_act_;
 };
 

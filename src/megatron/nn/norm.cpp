@@ -1,14 +1,17 @@
 #include "megatron/nn/norm.h"
 
+#include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/ops/norm/norm.h"
+#include "megatron/parallel/mappings.h"
 
 namespace megatron::nn {
 
-Norm::Norm(Context& ctx, const std::string& name, const ModelConfig& config)
-    : kind_(config.normalization()), eps_(float(config.args.norm_epsilon)), stats_dtype_(config.stats_dtype()) {
-  weight = make_parameter(ctx, name + ".weight", {config.hidden()}, config.params_dtype, true);
+Norm::Norm(Context& ctx, const std::string& name, const ModelConfig& config, const parallel::TensorParallel& tp)
+    : tp_(tp), kind_(config.normalization()), eps_(float(config.args.norm_epsilon)), stats_dtype_(config.stats_dtype()) {
+  const TensorParallelSplit replicated{.dim = -1, .blocks = 1, .rank = tp.rank(), .size = tp.size()};
+  weight = make_parameter(ctx, name + ".weight", {config.hidden()}, config.params_dtype, true, replicated);
   if (kind_ == Normalization::LayerNorm)
-    bias = make_parameter(ctx, name + ".bias", {config.hidden()}, config.params_dtype, true);
+    bias = make_parameter(ctx, name + ".bias", {config.hidden()}, config.params_dtype, true, replicated);
 }
 
 void Norm::init(Context& ctx) {
@@ -42,6 +45,21 @@ void Norm::forward(Context& ctx, const Tensor& y, const Tensor& sum, const Tenso
 
 void Norm::backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& dresidual) {
   MEGATRON_CHECK(saved_x_.defined(), "Norm ", weight.name, ": backward without a forward");
+  if (tp_.sp()) {
+    // This rank's rows only: the gradients of this backward into a scratch, summed over TP, then added.
+    const int64_t h = weight.value.numel();
+    Tensor grads = ctx.empty({bias.defined() ? 2 : 1, h}, weight.main_grad.dtype());
+    if (kind_ == Normalization::LayerNorm)
+      ops::layer_norm_backward(ctx, dx, grads.select(0), grads.select(1), dy, saved_x_, weight.value, mean_, rstd_,
+                               false, dresidual);
+    else
+      ops::rms_norm_backward(ctx, dx, grads.select(0), dy, saved_x_, weight.value, rstd_, false, dresidual);
+    parallel::reduce_from_tp_forward(ctx, tp_, grads);
+    ops::add(ctx, weight.main_grad, weight.main_grad, grads.select(0));
+    if (bias.defined()) ops::add(ctx, bias.main_grad, bias.main_grad, grads.select(1));
+    saved_x_ = mean_ = rstd_ = Tensor();
+    return;
+  }
   if (kind_ == Normalization::LayerNorm)
     ops::layer_norm_backward(ctx, dx, weight.main_grad, bias.main_grad, dy, saved_x_, weight.value, mean_, rstd_,
                              true, dresidual);

@@ -8,19 +8,25 @@
 //   the sum reaches both addends unchanged.
 // backward(ctx, dx, dy, dresidual): dx = the input gradient + dresidual (when defined: the residual stream's
 //   gradient, added in the same pass) assigned; weight/bias main grads accumulated (+=).
+// Tensor parallelism: the parameters are replicated over TP. Without sequence parallelism every TP rank
+// normalises the same whole tensor and gets the same gradients. Under sequence parallelism each rank
+// normalises its token rows only, so the weight/bias gradients of one backward are partial sums: they are
+// computed into a scratch, all-reduced over TP (Megatron's all-reduce of sequence-parallel gradients, done
+// per backward so that accumulation over micro-batches stays a plain +=) and then added.
 #pragma once
 
 #include <string>
 
 #include "megatron/nn/config.h"
 #include "megatron/nn/parameter.h"
+#include "megatron/parallel/tensor_parallel.h"
 
 namespace megatron::nn {
 
 class Norm {
  public:
   Norm() = default;
-  Norm(Context& ctx, const std::string& name, const ModelConfig& config);
+  Norm(Context& ctx, const std::string& name, const ModelConfig& config, const parallel::TensorParallel& tp = {});
 
   void init(Context& ctx);
   void forward(Context& ctx, const Tensor& y, const Tensor& x);
@@ -34,6 +40,7 @@ class Norm {
   Parameter bias;  // LayerNorm only
 
  private:
+  parallel::TensorParallel tp_;
   Normalization kind_ = Normalization::LayerNorm;
   float eps_ = 1e-5f;
   DType stats_dtype_ = DType::F32;

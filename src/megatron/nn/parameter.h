@@ -7,6 +7,8 @@
 // - `name` is Megatron-core's state-dict key ("decoder.layers.3.self_attention.linear_qkv.weight"), so
 //   checkpoints and logs line up with Megatron.
 // - `no_weight_decay` follows Megatron's rule: biases and 1-D parameters (norm weights) are not decayed.
+// - `tp` says how tensor parallelism splits it (parameter_shard.h): `value` is then this rank's piece of the
+//   whole (TP = 1) parameter, and its initial values equal that piece of the TP = 1 initialisation.
 // Modules own their Parameters as members; ParameterList is a view (pointers) the optimizer walks. A tied
 // weight appears once in the list.
 #pragma once
@@ -19,26 +21,46 @@
 
 namespace megatron::nn {
 
+// How a parameter is split over the tensor-parallel ranks: Megatron's tensor_model_parallel, partition_dim
+// and partition_stride attributes. dim < 0: replicated (every TP rank holds the whole, identical tensor).
+// Otherwise dimension `dim` of the whole tensor is `blocks` equal consecutive parts and rank r holds the r-th
+// of `size` equal slices of each part, concatenated: blocks = 1 is a plain split (rank r holds rows/columns
+// [r * n / size, (r + 1) * n / size)); SwiGLU's fused fc1 [gate; up] has blocks = 2 (rank r: [gate_r; up_r]).
+struct TensorParallelSplit {
+  int dim = -1;
+  int blocks = 1;
+  int rank = 0;
+  int size = 1;
+  bool sharded() const { return dim >= 0 && size > 1; }
+};
+
 struct Parameter {
   std::string name;
   Tensor value;
   Tensor main_grad;
   bool no_weight_decay = false;
+  TensorParallelSplit tp;
 
   bool defined() const { return value.defined(); }
 };
 
 using ParameterList = std::vector<Parameter*>;
 
-// Allocates value and main_grad (zeroed) on ctx's device; `value` is left uninitialised.
-Parameter make_parameter(Context& ctx, std::string name, const Shape& shape, DType dtype, bool no_weight_decay);
+// Allocates value and main_grad (zeroed) on ctx's device; `value` is left uninitialised. `shape` is the whole
+// (TP = 1) shape; with a sharded `tp` the tensors get this rank's piece of it (the split dimension divided by
+// tp.size, which must divide it into tp.blocks equal parts of equal slices).
+Parameter make_parameter(Context& ctx, std::string name, const Shape& shape, DType dtype, bool no_weight_decay,
+                         TensorParallelSplit tp = {});
 
 // F32 for BF16/F16/F32 parameters, F64 for F64 parameters.
 DType main_grad_dtype(DType param_dtype);
 
 // Megatron's init, drawn from Philox so the values do not depend on device or layout:
-// value = normal(0, std) with offset = parameter_name_hash(name) and index_base 0.
+// value = normal(0, std) with offset = parameter_name_hash(name), addressed by the element's index in the
+// whole (TP = 1) tensor, so every rank's piece equals the same piece of the TP = 1 initialisation.
 void init_normal(Context& ctx, Parameter& p, uint64_t seed, double std);
+// value = normal(mean, std) from Philox (seed, offset), addressed by whole-tensor element index (as above).
+void fill_parameter_normal(Context& ctx, Parameter& p, uint64_t seed, uint64_t offset, double mean, double std);
 // value = constant (norm weights 1, biases 0).
 void init_constant(Context& ctx, Parameter& p, double value);
 

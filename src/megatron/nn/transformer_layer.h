@@ -9,12 +9,17 @@
 // adds x and the attention branch, and the layer hands on (h, dropout(mlp)) for the next input_layernorm
 // (or the final norm) to add.
 //
-// Hidden dropout (--hidden-dropout, only when training) uses Philox (config.seed, offset, index_base 0);
-// the caller passes a base offset per call, and the two dropout sites take base + 0 and base + 1
-// (kDropoutSites).
-// forward(ctx, x, training, dropout_offset): x the incoming stream ([b, s, h] each; branch may be undefined,
-//   e.g. the embedding's output); returns the outgoing stream. The norms save their sums, the sub-modules
-//   what they need.
+// Hidden dropout (--hidden-dropout, only when training) uses Philox (config.seed, offset) addressed by the
+// element's index in the whole [b * s, h] tensor (under sequence parallelism a rank's rows start at its
+// first row's index), so every layout draws the TP = 1 mask for every element; the caller passes a base
+// offset per call, and the two dropout sites take base + 0 and base + 1 (kDropoutSites).
+// Tensor parallelism: attention and MLP are the column-/row-parallel pairs; the norms, dropout and the
+// residual stream are the sequence-parallel region: [b * s, h] on every TP rank, or this rank's token rows
+// [b * s / TP, h] under sequence parallelism (parallel/tensor_parallel.h).
+// forward(ctx, x, training, dropout_offset, seq): x the incoming stream (each [rows, h], or [b, s, h];
+//   branch may be undefined, e.g. the embedding's output), holding whole sequences of length seq (their
+//   rows of this rank under SP; seq 0: x is [b, s, h]); returns the outgoing stream, shaped like x. The
+//   norms save their sums, the sub-modules what they need.
 // backward(ctx, dx, dout): dout is the gradient of the outgoing hidden state (residual + branch); dx, the
 //   gradient of the incoming one, is assigned; every parameter's main grad accumulated (+=). The residual
 //   gradients ride on the norms' fused `dresidual` input.
@@ -44,10 +49,12 @@ class TransformerLayer {
 
   TransformerLayer() = default;
   // `prefix` e.g. "decoder.layers.3".
-  TransformerLayer(Context& ctx, const std::string& prefix, const ModelConfig& config);
+  TransformerLayer(Context& ctx, const std::string& prefix, const ModelConfig& config,
+                   const parallel::TensorParallel& tp = {});
 
   void init(Context& ctx, const ModelConfig& config);
-  ResidualStream forward(Context& ctx, const ResidualStream& x, bool training, uint64_t dropout_offset);
+  ResidualStream forward(Context& ctx, const ResidualStream& x, bool training, uint64_t dropout_offset,
+                         int64_t seq = 0);
   void backward(Context& ctx, const Tensor& dx, const Tensor& dout);
   void collect_parameters(ParameterList& out);
 
@@ -62,10 +69,12 @@ class TransformerLayer {
   // Its backward: dropout'(dy) (dy itself when p == 0).
   Tensor dropout_backward(Context& ctx, const Tensor& dy, uint64_t offset);
 
+  parallel::TensorParallel tp_;
   uint64_t seed_ = 0;
   float dropout_p_ = 0.0f;
   float active_p_ = 0.0f;  // dropout_p_ in training, 0 in eval
   uint64_t dropout_offset_ = 0;
+  uint64_t dropout_index_base_ = 0;  // whole-tensor index of this rank's first element
 };
 
 }  // namespace megatron::nn

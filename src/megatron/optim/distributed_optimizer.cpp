@@ -38,6 +38,7 @@ DistributedOptimizer::DistributedOptimizer(Context& ctx, parallel::DistributedDa
         ranges.push_back(AdamWParam{buffer.values().slice(lo, hi), buffer.grads().slice(lo, hi),
                                     buffer.params()[entry.param]->no_weight_decay});
         param_ranges_.push_back({buffer.params()[entry.param], lo - entry.offset, hi - entry.offset});
+        param_grad_shards_.emplace_back(buffer.params()[entry.param], buffer.grads().slice(lo, hi));
         shard_elements_ += hi - lo;
       }
     }

@@ -38,6 +38,9 @@ class DistributedOptimizer {
 
   // This rank's shard of every bucket's gradients (valid after DDP's finish_grad_sync).
   const std::vector<Tensor>& grad_shards() const { return grad_shards_; }
+  // The same elements per parameter: (parameter, its gradient elements inside this rank's shards), padding
+  // left out (for norms that must skip some parameters).
+  const std::vector<std::pair<const nn::Parameter*, Tensor>>& param_grad_shards() const { return param_grad_shards_; }
   // AdamW on the shards (gradients multiplied by grad_scale first), then the all-gather of the values.
   void step(Context& ctx, double lr, double weight_decay, float grad_scale = 1.0f);
   void wait_for_params(Context& ctx, const nn::ParameterList& params);
@@ -64,6 +67,7 @@ class DistributedOptimizer {
   std::unique_ptr<AdamW> adamw_;
   std::vector<Tensor> grad_shards_;
   std::vector<ParamRange> param_ranges_;  // parallel to adamw_'s entries
+  std::vector<std::pair<const nn::Parameter*, Tensor>> param_grad_shards_;
   int64_t shard_elements_ = 0;
   bool overlap_ = false;
   std::vector<std::vector<bool>> pending_;  // per buffer, per bucket: gathered but not yet waited for

@@ -59,6 +59,11 @@ GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, Lo
 
 GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad,
                               const GradStatsGroups& groups) {
+  return prepare_grads(ctx, grads, scaler, clip_grad, groups, grads);
+}
+
+GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad,
+                              const GradStatsGroups& groups, const std::vector<Tensor>& norm_grads) {
   GradPreparation result;
   if (scaler != nullptr) {
     bool found_inf = unscale_and_check_for_inf(ctx, grads, scaler->inv_scale());
@@ -74,7 +79,7 @@ GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, Lo
     }
   }
   if (clip_grad > 0.0) {
-    const double total = global_grad_norm(ctx, grads, groups);
+    const double total = global_grad_norm(ctx, norm_grads, groups);
     result.grad_norm = total;
     const double coeff = clip_grad / (total + 1.0e-6);
     if (coeff < 1.0) result.grad_scale = coeff;

@@ -63,6 +63,12 @@ GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, Lo
 // The same across ranks: found_inf and the norm reduced over `groups` (see the top of this file).
 GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad,
                               const GradStatsGroups& groups);
+// The same with the norm taken over `norm_grads` instead of `grads`: views of them that leave out what another
+// rank of the norm groups holds too (tensor parallelism: parameters replicated over TP count on TP rank 0
+// only, Megatron's param_is_not_tensor_parallel_duplicate), so the groups still partition the elements.
+// Unscaling and the inf check cover all of `grads`.
+GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad,
+                              const GradStatsGroups& groups, const std::vector<Tensor>& norm_grads);
 
 // Skipped-iteration bookkeeping for the log line ("number of skipped iterations" per interval) and the
 // run's total.

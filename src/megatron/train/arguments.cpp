@@ -35,6 +35,8 @@ void resolve(Arguments& a) {
   TrainingArguments& t = a.training;
   if (t.global_batch_size == 0) t.global_batch_size = t.micro_batch_size * std::max(1, a.data_parallel_size());
   if (t.lr_decay_iters == 0) t.lr_decay_iters = t.train_iters;
+  // Megatron: "Disabling sequence parallelism because tensor model parallel size is 1".
+  if (a.parallel.tensor_model_parallel_size == 1) a.parallel.sequence_parallel = false;
 }
 
 std::vector<std::string> constraint_violations(const Arguments& a) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "megatron/nn/parameter_shard.h"
 #include "megatron/ops/elementwise/elementwise.h"
 
 namespace megatron::trainer {
@@ -55,9 +56,11 @@ void Trainer::setup() {
   const auto& t = args_.training;
   const auto& p = args_.parallel;
   const int dp = parallel_->dp_size();
-  MEGATRON_CHECK(parallel_->tp_size() == 1 && parallel_->pp_size() == 1 && parallel_->cp_size() == 1,
-                 "Trainer: tensor, pipeline and context parallelism are not implemented yet (",
-                 parallel_->describe(), ")");
+  MEGATRON_CHECK(parallel_->pp_size() == 1 && parallel_->cp_size() == 1,
+                 "Trainer: pipeline and context parallelism are not implemented yet (", parallel_->describe(), ")");
+  MEGATRON_CHECK(model_.tensor_parallel().size() == parallel_->tp_size(), "Trainer: the model is split over ",
+                 model_.tensor_parallel().size(), " tensor-parallel ranks but the parallel context has TP ",
+                 parallel_->tp_size(), " (build the GPTModel with the context's TP group)");
   MEGATRON_CHECK(args_.data_parallel_size() == dp, "Trainer: the arguments give a data-parallel size of ",
                  args_.data_parallel_size(), " (world size ", p.world_size, ") but the parallel context has DP ", dp);
   num_micro_batches_ = int(t.global_batch_size / (int64_t(t.micro_batch_size) * dp));
@@ -120,11 +123,24 @@ std::vector<Tensor> Trainer::local_grads() const {
   return dist_optimizer_ ? dist_optimizer_->grad_shards() : ddp_->grad_buffers();
 }
 
+std::vector<Tensor> Trainer::norm_grads() const {
+  if (parallel_->tp_size() == 1) return local_grads();
+  std::vector<Tensor> grads;
+  if (dist_optimizer_) {
+    for (const auto& [p, g] : dist_optimizer_->param_grad_shards())
+      if (!nn::is_tensor_parallel_duplicate(*p)) grads.push_back(g);
+  } else {
+    for (nn::Parameter* p : model_.parameters())
+      if (!nn::is_tensor_parallel_duplicate(*p)) grads.push_back(p->main_grad);
+  }
+  return grads;
+}
+
 optim::GradStatsGroups Trainer::grad_stats_groups() const {
   optim::GradStatsGroups groups;
   // Replicated optimizer: every DP rank holds the same reduced gradients, so the norm is the local one
-  // (summed only over model-parallel ranks, which hold different parameters). Distributed optimizer: the
-  // DP ranks hold disjoint shards, so their squares add up too.
+  // (summed only over model-parallel ranks, which hold different parameters; norm_grads() leaves out the
+  // TP replicas). Distributed optimizer: the DP ranks hold disjoint shards, so their squares add up too.
   if (dist_optimizer_) groups.norm_groups.push_back(parallel_->dp_cp().comm.get());
   groups.norm_groups.push_back(parallel_->model_parallel().comm.get());
   groups.found_inf_group = parallel_->world().comm.get();
@@ -169,7 +185,7 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   // Unscale, check for overflow, compute the clip coefficient (agreed over the ranks); then the update with
   // the scheduled lr and weight decay, which applies the coefficient as it reads the gradients.
   optim::GradPreparation prepared =
-      optim::prepare_grads(ctx_, local_grads(), scaler_.get(), args_.training.clip_grad, grad_stats_groups());
+      optim::prepare_grads(ctx_, local_grads(), scaler_.get(), args_.training.clip_grad, grad_stats_groups(), norm_grads());
   r.learning_rate = scheduler_.lr();
   r.grad_norm = prepared.grad_norm;
   r.skipped = prepared.skip_update;

@@ -13,6 +13,11 @@
 // average over DP, so every rank returns the same value.
 // Dropout masks are indexed by the global micro-batch number (iteration * M + m) * DP + r, so DP=N uses
 // the masks DP=1 uses for the same samples.
+// Tensor parallelism: the model is built with the context's TP group (GPTModel's TensorParallel); the TP
+// ranks of a DP rank read the same micro-batches and compute the same loss; each holds its pieces of the
+// parameters in its own gradient buffers (reduced over DP as above). The gradient norm sums the squares of
+// the TP-sharded parameters over TP and counts the replicated ones (norms, row-parallel biases, positions)
+// on TP rank 0 only.
 #pragma once
 
 #include <memory>
@@ -85,6 +90,8 @@ class Trainer {
   Tensor next_micro_batch(SampleStream& data);
   // The gradients this rank passes to unscaling, the norm and clipping, and the groups they reduce over.
   std::vector<Tensor> local_grads() const;
+  // The part of local_grads() this rank contributes to the gradient norm (all of it without TP).
+  std::vector<Tensor> norm_grads() const;
   optim::GradStatsGroups grad_stats_groups() const;
 
   Context& ctx_;

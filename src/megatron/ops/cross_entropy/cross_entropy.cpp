@@ -68,6 +68,66 @@ void cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& d
                     cpu::cross_entropy_backward(dlogits, dlosses, logits, targets, lse));
 }
 
+namespace {
+void check_shard(OpCheck& check, const Tensor& logits, int64_t vocab_start, int64_t global_vocab) {
+  check.that(vocab_start >= 0 && vocab_start + logits.dim(1) <= global_vocab, "the shard [", vocab_start, ", ",
+             vocab_start + logits.dim(1), ") of logits ", logits.describe(), " must lie inside the global vocabulary [0, ",
+             global_vocab, ")");
+}
+}  // namespace
+
+void vocab_parallel_cross_entropy_stats(Context& ctx, const Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                        int64_t vocab_start, int64_t global_vocab) {
+  OpCheck check("vocab_parallel_cross_entropy_stats");
+  check.device(ctx, {{"stats", stats}, {"logits", logits}, {"targets", targets}});
+  check_logits(check, ctx, logits, targets);
+  check_shard(check, logits, vocab_start, global_vocab);
+  check_stat_dtype(check, ctx, "stats", stats, logits.dtype());
+  check.shape("stats", stats, Shape{3, logits.dim(0)});
+  if (logits.dim(0) == 0) return;
+  MEGATRON_DISPATCH(ctx,
+                    cuda::vocab_parallel_cross_entropy_stats(ctx, stats, logits, targets, vocab_start, global_vocab),
+                    cpu::vocab_parallel_cross_entropy_stats(stats, logits, targets, vocab_start, global_vocab));
+}
+
+void vocab_parallel_cross_entropy_combine(Context& ctx, const Tensor& losses, const Tensor& lse, const Tensor& stats) {
+  OpCheck check("vocab_parallel_cross_entropy_combine");
+  check.device(ctx, {{"losses", losses}, {"lse", lse}, {"stats", stats}}).rank("stats", stats, 3);
+  if (ctx.is_cuda()) check.dtype("stats", stats, DType::F32);
+  else check.dtype_in("stats", stats, {DType::F32, DType::F64});
+  check.that(stats.rank() == 3 && stats.dim(1) == 3 && stats.dim(0) >= 1, "stats ", stats.describe(),
+             " must be [ranks, 3, tokens]");
+  const int64_t tokens = stats.rank() == 3 ? stats.dim(2) : 0;
+  check.dtype("losses", losses, stats.dtype()).dtype("lse", lse, stats.dtype());
+  check.shape("losses", losses, Shape{tokens}).shape("lse", lse, Shape{tokens});
+  if (tokens == 0) return;
+  MEGATRON_DISPATCH(ctx,
+                    cuda::vocab_parallel_cross_entropy_combine(ctx, losses, lse, stats),
+                    cpu::vocab_parallel_cross_entropy_combine(losses, lse, stats));
+}
+
+void vocab_parallel_cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& dlosses,
+                                           const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                           int64_t vocab_start, int64_t global_vocab) {
+  OpCheck check("vocab_parallel_cross_entropy_backward");
+  check.device(ctx, {{"dlogits", dlogits}, {"dlosses", dlosses}, {"logits", logits}, {"targets", targets}, {"lse", lse}});
+  check_logits(check, ctx, logits, targets);
+  check_shard(check, logits, vocab_start, global_vocab);
+  check.dtype("dlogits", dlogits, logits.dtype()).shape("dlogits", dlogits, logits.shape());
+  check_stat_dtype(check, ctx, "dlosses", dlosses, logits.dtype());
+  check_stat_dtype(check, ctx, "lse", lse, logits.dtype());
+  check.shape("dlosses", dlosses, Shape{logits.dim(0)}).shape("lse", lse, Shape{logits.dim(0)});
+  check.that(dlogits.storage() != logits.storage() || dlogits.data_ptr() == logits.data_ptr(), "dlogits ",
+             dlogits.describe(), " overlaps logits ", logits.describe(),
+             " without being the same tensor (only exact in-place aliasing is supported)");
+  if (logits.numel() == 0) return;
+  MEGATRON_DISPATCH(ctx,
+                    cuda::vocab_parallel_cross_entropy_backward(ctx, dlogits, dlosses, logits, targets, lse,
+                                                                vocab_start, global_vocab),
+                    cpu::vocab_parallel_cross_entropy_backward(dlogits, dlosses, logits, targets, lse, vocab_start,
+                                                               global_vocab));
+}
+
 void cross_entropy_forward_backward(Context& ctx, const Tensor& losses, const Tensor& lse, const Tensor& dlogits,
                                     const Tensor& dlosses, const Tensor& logits, const Tensor& targets) {
   OpCheck check("cross_entropy_forward_backward");

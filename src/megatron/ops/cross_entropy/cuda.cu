@@ -113,7 +113,7 @@ __device__ __forceinline__ MaxSum block_combine(MaxSum a) {
   return r;
 }
 
-// The row's (max, sum of exp(x - max)), valid in every thread; one read of the row.
+// The (max, sum of exp(x - max)) pair of one row, valid in every thread of the block.
 template <class T, int THREADS>
 __device__ __forceinline__ MaxSum row_max_sum(const T* x, int64_t vocab) {
   using P = Pack<T>;
@@ -154,38 +154,70 @@ __device__ __forceinline__ MaxSum row_max_sum(const T* x, int64_t vocab) {
   return block_combine<THREADS>(a);
 }
 
-// Thread 0 writes lse and the loss of the row; returns lse.
-template <class T, class TI>
-__device__ __forceinline__ float write_row_loss(float* losses, float* lse, const T* x, const TI* targets, int64_t row,
-                                                int64_t vocab, MaxSum total) {
-  const float l = total.m + __logf(total.s);
-  if (threadIdx.x == 0) {
-    const int64_t target = read_target(targets, row);
-    lse[row] = l;
-    losses[row] = (target >= 0 && target < vocab) ? l - to_f32(x[target]) : __int_as_float(0x7fc00000);
-  }
-  return l;
-}
-
 template <class T, class TI, int THREADS>
 __global__ void __launch_bounds__(THREADS)
     cross_entropy_forward_kernel(float* __restrict__ losses, float* __restrict__ lse, const T* __restrict__ logits,
                                  const TI* __restrict__ targets, int64_t vocab) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * vocab;
-  write_row_loss(losses, lse, x, targets, row, vocab, row_max_sum<T, THREADS>(x, vocab));
+  MaxSum total = row_max_sum<T, THREADS>(x, vocab);
+  if (threadIdx.x == 0) {
+    float l = total.m + __logf(total.s);
+    int64_t target = read_target(targets, row);
+    lse[row] = l;
+    losses[row] = (target >= 0 && target < vocab) ? l - to_f32(x[target]) : __int_as_float(0x7fc00000);
+  }
 }
 
-// dx[v] = dl * (softmax_v - [v == target]) for the row, from its lse; dx may alias x (every element is
-// read and written by the same thread). An out-of-range target makes the row NaN.
-template <class T, class TI, int THREADS, bool kVector>
+// stats [3, tokens]: this shard's (max, sum of exp(x - max), target logit or 0); NaN target logit for a target
+// outside the global vocabulary.
+template <class T, class TI, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    vocab_parallel_stats_kernel(float* __restrict__ stats, const T* __restrict__ logits, const TI* __restrict__ targets,
+                                int64_t tokens, int64_t vocab, int64_t vocab_start, int64_t global_vocab) {
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * vocab;
+  MaxSum total = row_max_sum<T, THREADS>(x, vocab);
+  if (threadIdx.x == 0) {
+    const int64_t target = read_target(targets, row);
+    const int64_t local = target - vocab_start;
+    float z = 0.f;
+    if (target < 0 || target >= global_vocab) z = __int_as_float(0x7fc00000);
+    else if (local >= 0 && local < vocab) z = to_f32(x[local]);
+    stats[row] = total.m;
+    stats[tokens + row] = total.s;
+    stats[2 * tokens + row] = z;
+  }
+}
+
+// One thread per token, the ranks in order (the same bits on every rank).
+__global__ void vocab_parallel_combine_kernel(float* __restrict__ losses, float* __restrict__ lse,
+                                              const float* __restrict__ stats, int64_t ranks, int64_t tokens) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < tokens; t += int64_t(gridDim.x) * blockDim.x) {
+    float m = -FLT_MAX;
+    for (int64_t r = 0; r < ranks; ++r) m = fmaxf(m, stats[(r * 3) * tokens + t]);
+    float s = 0.f, z = 0.f;
+    for (int64_t r = 0; r < ranks; ++r) {
+      s += stats[(r * 3 + 1) * tokens + t] * __expf(stats[(r * 3) * tokens + t] - m);
+      z += stats[(r * 3 + 2) * tokens + t];
+    }
+    const float l = m + __logf(s);
+    lse[t] = l;
+    losses[t] = l - z;
+  }
+}
+
+// dx[v] = dl * (softmax_v - [v == target]) over a row (or a vocabulary shard [vocab_start, vocab_start + vocab)
+// of it), from the row's lse; dx may alias x (every element is read and written by the same thread). A target
+// outside the global vocabulary makes the row NaN.
+template <class T, int THREADS, bool kVector>
 __device__ __forceinline__ void row_gradient(T* dx, const T* x, int64_t vocab, int64_t raw_target, float dloss,
-                                             float l) {
+                                             float l, int64_t vocab_start, int64_t global_vocab) {
   using P = Pack<T>;
   constexpr int N = P::N;
-  const bool valid = raw_target >= 0 && raw_target < vocab;
+  const bool valid = raw_target >= 0 && raw_target < global_vocab;
   const float dl = valid ? dloss : __int_as_float(0x7fc00000);
-  const int64_t target = valid ? raw_target : -1;
+  const int64_t target = valid ? raw_target - vocab_start : -1;  // outside [0, vocab): no one-hot in this shard
 
   auto grad = [&](float xf, int64_t v) {
     float p = __expf(xf - l);
@@ -214,15 +246,16 @@ __device__ __forceinline__ void row_gradient(T* dx, const T* x, int64_t vocab, i
 template <class T, class TI, int THREADS, bool kVector>
 __global__ void __launch_bounds__(THREADS)
     cross_entropy_backward_kernel(T* dlogits, const float* __restrict__ dlosses, const T* logits,
-                                  const TI* __restrict__ targets, const float* __restrict__ lse, int64_t vocab) {
+                                  const TI* __restrict__ targets, const float* __restrict__ lse, int64_t vocab,
+                                  int64_t vocab_start, int64_t global_vocab) {
   const int64_t row = blockIdx.x;
-  row_gradient<T, TI, THREADS, kVector>(dlogits + row * vocab, logits + row * vocab, vocab, read_target(targets, row),
-                                        dlosses[row], lse[row]);
+  row_gradient<T, THREADS, kVector>(dlogits + row * vocab, logits + row * vocab, vocab, read_target(targets, row),
+                                    dlosses[row], lse[row], vocab_start, global_vocab);
 }
 
-// Forward and backward of a row in one block: the statistics pass reads the row, the gradient pass reads it
-// again while it is still in L2 (a block of 1024 threads per row keeps ~2 rows per SM in flight, ~26 MB of
-// bf16 GPT-2 rows, inside the 50 MB L2) and writes dlogits (in place allowed).
+// Forward and backward of a row in one block (the whole vocabulary): the statistics pass reads the row, the
+// gradient pass reads it again while it is still in L2 (a block of 1024 threads per row keeps ~2 rows per SM
+// in flight, ~26 MB of bf16 GPT-2 rows, inside the 50 MB L2) and writes dlogits (in place allowed).
 template <class T, class TI, int THREADS, bool kVector>
 __global__ void __launch_bounds__(THREADS)
     cross_entropy_fused_kernel(float* __restrict__ losses, float* __restrict__ lse, T* dlogits,
@@ -230,9 +263,15 @@ __global__ void __launch_bounds__(THREADS)
                                int64_t vocab) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * vocab;
-  const float l = write_row_loss(losses, lse, x, targets, row, vocab, row_max_sum<T, THREADS>(x, vocab));
+  const MaxSum total = row_max_sum<T, THREADS>(x, vocab);
+  const float l = total.m + __logf(total.s);
+  const int64_t target = read_target(targets, row);
+  if (threadIdx.x == 0) {
+    lse[row] = l;
+    losses[row] = (target >= 0 && target < vocab) ? l - to_f32(x[target]) : __int_as_float(0x7fc00000);
+  }
   __syncthreads();  // thread 0 has read the target logit before the gradient pass may overwrite it (in place)
-  row_gradient<T, TI, THREADS, kVector>(dlogits + row * vocab, x, vocab, read_target(targets, row), dlosses[row], l);
+  row_gradient<T, THREADS, kVector>(dlogits + row * vocab, x, vocab, target, dlosses[row], l, 0, vocab);
 }
 
 template <class Fn>
@@ -317,6 +356,12 @@ void cross_entropy_forward(Context& ctx, const Tensor& losses, const Tensor& lse
 
 void cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& dlosses, const Tensor& logits,
                             const Tensor& targets, const Tensor& lse) {
+  vocab_parallel_cross_entropy_backward(ctx, dlogits, dlosses, logits, targets, lse, 0, logits.dim(1));
+}
+
+void vocab_parallel_cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& dlosses,
+                                           const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                           int64_t vocab_start, int64_t global_vocab) {
   cudaStream_t stream = ctx.stream();
   const int64_t tokens = logits.dim(0), vocab = logits.dim(1);
   MEGATRON_CHECK(tokens <= kMaxGridX, "cross_entropy_backward: ", tokens, " rows exceed the grid limit");
@@ -329,7 +374,8 @@ void cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& d
         auto kernel = vector_ok ? cross_entropy_backward_kernel<T, TI, THREADS, true>
                                 : cross_entropy_backward_kernel<T, TI, THREADS, false>;
         kernel<<<unsigned(tokens), THREADS, 0, stream>>>(dlogits.data<T>(), dlosses.data<float>(), logits.data<T>(),
-                                                         targets.data<TI>(), lse.data<float>(), vocab);
+                                                         targets.data<TI>(), lse.data<float>(), vocab, vocab_start,
+                                                         global_vocab);
         CUDA_CHECK_MSG(cudaGetLastError(), " after launching cross_entropy_backward_kernel (logits ", logits.describe(), ")");
       });
     });
@@ -358,6 +404,32 @@ void cross_entropy_forward_backward(Context& ctx, const Tensor& losses, const Te
       else with_threads(vocab, sizeof(T), launch);
     });
   });
+}
+
+void vocab_parallel_cross_entropy_stats(Context& ctx, const Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                        int64_t vocab_start, int64_t global_vocab) {
+  cudaStream_t stream = ctx.stream();
+  const int64_t tokens = logits.dim(0), vocab = logits.dim(1);
+  MEGATRON_CHECK(tokens <= kMaxGridX, "vocab_parallel_cross_entropy_stats: ", tokens, " rows exceed the grid limit");
+  visit_logits(logits.dtype(), [&]<class T>() {
+    visit_index(targets.dtype(), [&]<class TI>() {
+      with_threads(vocab, sizeof(T), [&]<int THREADS>() {
+        vocab_parallel_stats_kernel<T, TI, THREADS><<<unsigned(tokens), THREADS, 0, stream>>>(
+            stats.data<float>(), logits.data<T>(), targets.data<TI>(), tokens, vocab, vocab_start, global_vocab);
+        CUDA_CHECK_MSG(cudaGetLastError(), " after launching vocab_parallel_stats_kernel (logits ", logits.describe(), ")");
+      });
+    });
+  });
+}
+
+void vocab_parallel_cross_entropy_combine(Context& ctx, const Tensor& losses, const Tensor& lse, const Tensor& stats) {
+  cudaStream_t stream = ctx.stream();
+  const int64_t ranks = stats.dim(0), tokens = stats.dim(2);
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((tokens + threads - 1) / threads, 4096);
+  vocab_parallel_combine_kernel<<<unsigned(blocks), threads, 0, stream>>>(losses.data<float>(), lse.data<float>(),
+                                                                          stats.data<float>(), ranks, tokens);
+  CUDA_CHECK_MSG(cudaGetLastError(), " after launching vocab_parallel_combine_kernel (stats ", stats.describe(), ")");
 }
 
 void masked_mean_loss(Context& ctx, const Tensor& out, const Tensor& losses, const Tensor& loss_mask) {

@@ -39,13 +39,18 @@ template <> __device__ __forceinline__ uint16_t all_ones<uint16_t>() { return ui
 template <class Word, class TI>
 __global__ void __launch_bounds__(kCopyThreads)
     embedding_forward_kernel(Word* __restrict__ out, const Word* __restrict__ weight, const TI* __restrict__ ids,
-                             int64_t vocab, int64_t words) {
+                             int64_t vocab, int64_t words, int64_t vocab_start, int64_t global_vocab) {
   const int64_t token = blockIdx.x;
-  const int64_t id = load_id(ids, token);
+  const int64_t global_id = load_id(ids, token);
+  const int64_t id = global_id - vocab_start;
   Word* dst = out + token * words;
-  if (id < 0 || id >= vocab) {
+  if (global_id < 0 || global_id >= global_vocab) {
     const Word nan_bits = all_ones<Word>();  // NaN in every float format
     for (int64_t w = threadIdx.x; w < words; w += kCopyThreads) dst[w] = nan_bits;
+    return;
+  }
+  if (id < 0 || id >= vocab) {  // another shard's row: zero bits are 0.0 in every float format
+    for (int64_t w = threadIdx.x; w < words; w += kCopyThreads) dst[w] = Word{};
     return;
   }
   const Word* src = weight + id * words;
@@ -54,9 +59,9 @@ __global__ void __launch_bounds__(kCopyThreads)
 
 template <class TI>
 __global__ void make_sort_keys_kernel(uint32_t* __restrict__ keys, int32_t* __restrict__ positions,
-                                      const TI* __restrict__ ids, int64_t tokens, int64_t vocab) {
+                                      const TI* __restrict__ ids, int64_t tokens, int64_t vocab, int64_t vocab_start) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < tokens; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t id = load_id(ids, i);
+    int64_t id = load_id(ids, i) - vocab_start;  // ids of other shards (and invalid ids) get the dropped key
     keys[i] = (id >= 0 && id < vocab) ? uint32_t(id) : uint32_t(vocab);
     positions[i] = int32_t(i);
   }
@@ -120,7 +125,8 @@ int bits_for(uint64_t value) {
 
 }  // namespace
 
-void embedding_forward(Context& ctx, const Tensor& out, const Tensor& weight, const Tensor& ids) {
+void embedding_forward(Context& ctx, const Tensor& out, const Tensor& weight, const Tensor& ids, int64_t vocab_start,
+                       int64_t global_vocab) {
   cudaStream_t stream = ctx.stream();
   const int64_t tokens = ids.numel(), vocab = weight.dim(0);
   const size_t row_bytes = size_t(weight.dim(1)) * dtype_size(weight.dtype());
@@ -130,7 +136,7 @@ void embedding_forward(Context& ctx, const Tensor& out, const Tensor& weight, co
     auto launch = [&]<class Word>() {
       embedding_forward_kernel<Word, TI><<<unsigned(tokens), kCopyThreads, 0, stream>>>(
           static_cast<Word*>(out.data_ptr()), static_cast<const Word*>(weight.data_ptr()), ids.data<TI>(), vocab,
-          int64_t(row_bytes / sizeof(Word)));
+          int64_t(row_bytes / sizeof(Word)), vocab_start, global_vocab);
     };
     if (row_bytes % 16 == 0 && both % 16 == 0) launch.template operator()<uint4>();
     else if (row_bytes % 4 == 0 && both % 4 == 0) launch.template operator()<uint32_t>();
@@ -140,7 +146,8 @@ void embedding_forward(Context& ctx, const Tensor& out, const Tensor& weight, co
   });
 }
 
-void embedding_backward(Context& ctx, const Tensor& dweight, const Tensor& dout, const Tensor& ids, bool accumulate) {
+void embedding_backward(Context& ctx, const Tensor& dweight, const Tensor& dout, const Tensor& ids, bool accumulate,
+                        int64_t vocab_start, int64_t /*global_vocab*/) {
   cudaStream_t stream = ctx.stream();
   const int64_t tokens = ids.numel(), vocab = dweight.dim(0), hidden = dweight.dim(1);
   MEGATRON_CHECK(tokens < (int64_t(1) << 31), "embedding_backward: ", tokens, " tokens exceed the int32 sort limit");
@@ -159,7 +166,7 @@ void embedding_backward(Context& ctx, const Tensor& dweight, const Tensor& dout,
     const int64_t blocks = std::min<int64_t>((tokens + threads - 1) / threads, 65535);
     visit_index(ids.dtype(), [&]<class TI>() {
       make_sort_keys_kernel<TI><<<unsigned(blocks), threads, 0, stream>>>(keys_in, positions.data<int32_t>(),
-                                                                          ids.data<TI>(), tokens, vocab);
+                                                                          ids.data<TI>(), tokens, vocab, vocab_start);
     });
     CUDA_CHECK_LAUNCH("make_sort_keys_kernel");
   }

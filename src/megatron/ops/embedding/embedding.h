@@ -19,7 +19,15 @@
 // ids out of range: the CPU validates every id and throws naming the position and the value. On CUDA, ids
 // must be in range; the kernels never read or write outside the tables: forward fills the row of a bad id
 // with NaN (so the mistake shows in the loss), backward drops that token's gradient.
+//
+// Vocabulary-parallel forms (tensor parallelism, Megatron's VocabParallelEmbedding): `weight` / `dweight` hold
+// rows [vocab_start, vocab_start + V) of a table of global_vocab rows and ids are global, in [0, global_vocab)
+// (the same out-of-range rules as above apply to the global range). An id outside this shard gives a zero
+// row in the forward (the ranks' outputs then sum to the whole lookup) and no gradient in the backward.
+// With vocab_start 0 and global_vocab V they are embedding_forward / embedding_backward.
 #pragma once
+
+#include <cstdint>
 
 #include "megatron/runtime/context.h"
 
@@ -28,5 +36,10 @@ namespace megatron::ops {
 void embedding_forward(Context& ctx, const Tensor& out, const Tensor& weight, const Tensor& ids);
 
 void embedding_backward(Context& ctx, const Tensor& dweight, const Tensor& dout, const Tensor& ids, bool accumulate);
+
+void vocab_parallel_embedding_forward(Context& ctx, const Tensor& out, const Tensor& weight, const Tensor& ids,
+                                      int64_t vocab_start, int64_t global_vocab);
+void vocab_parallel_embedding_backward(Context& ctx, const Tensor& dweight, const Tensor& dout, const Tensor& ids,
+                                       bool accumulate, int64_t vocab_start, int64_t global_vocab);
 
 }  // namespace megatron::ops

@@ -1,0 +1,98 @@
+#include "megatron/nn/column_parallel_linear.h"
+
+#include "megatron/parallel/mappings.h"
+
+namespace megatron::nn {
+
+void column_parallel_linear_forward(Context& ctx, const parallel::TensorParallel& tp, const Tensor& y, const Tensor& x,
+                                    const Parameter& weight, const Parameter* bias, const Tensor& gelu_input_out) {
+  if (!tp.sp()) {  // copy_to_tp: the whole input is already on every rank
+    linear_forward(ctx, y, x, weight, bias, gelu_input_out);
+    return;
+  }
+  const int64_t in = weight.value.dim(1);
+  const Tensor shard = x.view({-1, in});
+  Tensor whole = ctx.empty({shard.dim(0) * tp.size(), in}, x.dtype());
+  parallel::gather_from_sp_forward(ctx, tp, whole, shard);
+  linear_forward(ctx, y, whole, weight, bias, gelu_input_out);
+}
+
+void column_parallel_linear_backward(Context& ctx, const parallel::TensorParallel& tp, const Tensor& dx,
+                                     const Tensor& dy, const Tensor& x, Parameter& weight, Parameter* bias) {
+  if (!tp.enabled()) {
+    linear_backward(ctx, dx, dy, x, weight, bias);
+    return;
+  }
+  if (!tp.sp()) {
+    // dx's all-reduce runs while the weight-gradient GEMM computes.
+    parallel::PendingCollective reduce;
+    if (dx.defined()) {
+      linear_backward_input(ctx, dx, dy, weight);
+      reduce = parallel::copy_to_tp_backward(ctx, tp, dx, /*async=*/true);
+    }
+    linear_backward_weight(ctx, dy, x, weight, bias);
+    reduce.wait(ctx);
+    return;
+  }
+  // Sequence parallel: re-gather the input shard while dx's GEMM computes, then reduce-scatter dx while the
+  // weight-gradient GEMM computes.
+  const int64_t in = weight.value.dim(1), rows = dy.shape().rows();
+  const Tensor shard = x.view({-1, in});
+  Tensor whole = ctx.empty({rows, in}, x.dtype());
+  parallel::PendingCollective gather = parallel::gather_from_sp_forward(ctx, tp, whole, shard, /*async=*/true);
+  Tensor dwhole;
+  if (dx.defined()) {
+    dwhole = ctx.empty({rows, in}, dy.dtype());
+    linear_backward_input(ctx, dwhole, dy, weight);
+  }
+  gather.wait(ctx);
+  parallel::PendingCollective scatter;
+  if (dx.defined()) scatter = parallel::gather_from_sp_backward(ctx, tp, dx.view({-1, in}), dwhole, /*async=*/true);
+  linear_backward_weight(ctx, dy, whole, weight, bias);
+  scatter.wait(ctx);
+}
+
+ColumnParallelLinear::ColumnParallelLinear(Context& ctx, const std::string& name, int64_t in_features,
+                                           int64_t out_features, bool bias, DType dtype,
+                                           const parallel::TensorParallel& tp, ColumnParallelOptions options)
+    : tp_(tp), options_(options) {
+  const TensorParallelSplit split{.dim = 0, .blocks = options.blocks, .rank = tp.rank(), .size = tp.size()};
+  weight = make_parameter(ctx, name + ".weight", {out_features, in_features}, dtype, false, split);
+  if (bias) this->bias = make_parameter(ctx, name + ".bias", {out_features}, dtype, true, split);
+}
+
+void ColumnParallelLinear::init(Context& ctx, uint64_t seed, double std) {
+  init_normal(ctx, weight, seed, std);
+  if (bias.defined()) init_constant(ctx, bias, 0.0);
+}
+
+void ColumnParallelLinear::forward(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& gelu_input_out) {
+  saved_x_ = x;
+  if (!options_.gather_output || !tp_.enabled()) {
+    column_parallel_linear_forward(ctx, tp_, y, x, weight, &bias, gelu_input_out);
+    return;
+  }
+  MEGATRON_CHECK(!gelu_input_out.defined(), "ColumnParallelLinear ", weight.name,
+                 ": the GELU epilogue needs the unsplit output; not available with gather_output");
+  Tensor part = ctx.empty({y.shape().rows(), out_features()}, y.dtype());
+  column_parallel_linear_forward(ctx, tp_, part, x, weight, &bias);
+  parallel::gather_from_tp_forward(ctx, tp_, y.view({-1, y.shape().cols()}), part);
+}
+
+void ColumnParallelLinear::backward(Context& ctx, const Tensor& dx, const Tensor& dy) {
+  MEGATRON_CHECK(saved_x_.defined(), "ColumnParallelLinear ", weight.name, ": backward without a forward");
+  Tensor dpart = dy;
+  if (options_.gather_output && tp_.enabled()) {
+    dpart = ctx.empty({dy.shape().rows(), out_features()}, dy.dtype());
+    parallel::gather_from_tp_backward(ctx, tp_, dpart, dy.view({-1, dy.shape().cols()}));
+  }
+  column_parallel_linear_backward(ctx, tp_, dx, dpart, saved_x_, weight, &bias);
+  saved_x_ = Tensor();
+}
+
+void ColumnParallelLinear::collect_parameters(ParameterList& out) {
+  out.push_back(&weight);
+  if (bias.defined()) out.push_back(&bias);
+}
+
+}  // namespace megatron::nn

@@ -1,0 +1,58 @@
+// RowParallelLinear: Megatron's row-parallel linear layer (tensor_parallel/layers.py), y = x W^T + b with
+// W [out, in] split by input columns over the TP ranks: rank r holds W_r [out, in / TP] and computes the
+// partial product x_r W_r^T from its slice x_r [rows, in / TP] of the input; the partials are summed over TP.
+// The bias [out] is replicated (every rank holds it whole) and added once: rank 0 adds it in its GEMM's
+// epilogue before the sum, which is the same function as Megatron's add after the reduction.
+//
+// Collectives (parallel/mappings.h):
+//   without sequence parallelism: the partials are all-reduced (reduce_from_tp; backward identity);
+//   with sequence parallelism: they are reduce-scattered over token rows (reduce_scatter_to_sp), so y is this
+//     rank's rows; backward all-gathers dy first.
+//   input_is_parallel = false: x is the whole input on every rank and the layer takes its columns itself
+//     (scatter_to_tp; backward all-gathers dx along the last dimension).
+// The weight and bias gradients come from the whole dy on every rank (no further reduction: the bias
+// gradient is the same on every rank). At TP = 1 the layer is exactly nn::Linear.
+//
+// forward(ctx, y, x): x [rows, in / TP] ([rows, in] without input_is_parallel); y [rows_y, out] assigned,
+//   rows_y = rows / TP under SP, else rows. Saves x (its slice).
+// backward(ctx, dx, dy, dx_gelu_input): dy like y; dx like x (assigned; may be undefined); dx_gelu_input as
+//   in Linear (the pre-GELU values of this rank's slice of the input, input_is_parallel only).
+#pragma once
+
+#include <string>
+
+#include "megatron/nn/linear.h"
+#include "megatron/parallel/tensor_parallel.h"
+
+namespace megatron::nn {
+
+struct RowParallelOptions {
+  bool input_is_parallel = true;
+};
+
+class RowParallelLinear {
+ public:
+  RowParallelLinear() = default;
+  // in_features, out_features: the whole layer's. Parameters "<name>.weight" [out, in / TP], "<name>.bias" [out].
+  RowParallelLinear(Context& ctx, const std::string& name, int64_t in_features, int64_t out_features, bool bias,
+                    DType dtype, const parallel::TensorParallel& tp, RowParallelOptions options = {});
+
+  // weight ~ normal(0, std) by whole-tensor element index (this rank's columns of the TP = 1 init), bias = 0.
+  void init(Context& ctx, uint64_t seed, double std);
+  void forward(Context& ctx, const Tensor& y, const Tensor& x);
+  void backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& dx_gelu_input = Tensor());
+  void collect_parameters(ParameterList& out);
+
+  int64_t in_features() const { return weight.value.dim(1); }  // this rank's (in / TP)
+  int64_t out_features() const { return weight.value.dim(0); }
+
+  Parameter weight;
+  Parameter bias;  // undefined without bias; replicated
+
+ private:
+  parallel::TensorParallel tp_;
+  RowParallelOptions options_;
+  Tensor saved_x_;
+};
+
+}  // namespace megatron::nn

@@ -1,0 +1,152 @@
+#include "megatron/parallel/mappings.h"
+
+#include "megatron/ops/elementwise/elementwise.h"
+
+namespace megatron::parallel {
+namespace {
+
+// The stream a collective is issued on: the side stream (after forking from ctx's) when overlapping.
+struct Issue {
+  StreamHandle stream;
+  StreamFork* fork;
+};
+Issue issue(Context& ctx, const TensorParallel& tp, bool async) {
+  if (async && tp.overlap) return {tp.overlap->fork(ctx), tp.overlap.get()};
+  return {ctx.stream(), nullptr};
+}
+
+std::string where(const TensorParallel& tp) {
+  return tp.group ? tp.group->describe() : std::string("no tensor-parallel group");
+}
+
+void check_same_dtype(const char* op, const TensorParallel& tp, const Tensor& a, const Tensor& b) {
+  MEGATRON_CHECK(a.defined() && b.defined() && a.dtype() == b.dtype() && a.device() == b.device(), op, " on ",
+                 where(tp), ": ", a.describe(), " and ", b.describe(), " must be defined, of one dtype and device");
+}
+
+// big [R, n * TP] against small [R, n] (any leading shape, same rows).
+void check_last_dim(const char* op, const TensorParallel& tp, const Tensor& big, const Tensor& small) {
+  check_same_dtype(op, tp, big, small);
+  MEGATRON_CHECK(big.rank() >= 1 && small.rank() >= 1 && big.shape().rows() == small.shape().rows() &&
+                     big.shape().cols() == small.shape().cols() * tp.size(),
+                 op, " on ", where(tp), ": ", big.describe(), " must have the rows of ", small.describe(), " and ",
+                 tp.size(), " times its last dimension");
+}
+
+// big [T, ...] against small [T / TP, ...] (same trailing elements per row).
+void check_rows(const char* op, const TensorParallel& tp, const Tensor& big, const Tensor& small) {
+  check_same_dtype(op, tp, big, small);
+  MEGATRON_CHECK(big.rank() >= 1 && small.rank() >= 1 && big.numel() == small.numel() * tp.size() &&
+                     big.dim(0) == small.dim(0) * tp.size(),
+                 op, " on ", where(tp), ": ", big.describe(), " must stack ", tp.size(), " shards of ",
+                 small.describe(), " along dimension 0");
+}
+
+void copy_if_distinct(Context& ctx, const Tensor& out, const Tensor& in) {
+  if (out.data_ptr() != in.data_ptr()) ops::copy(ctx, out, in);
+}
+
+// out [R, n * TP] = the ranks' x [R, n] side by side: all-gather of the transposes, transposed back.
+void all_gather_last_dim(Context& ctx, const TensorParallel& tp, const Tensor& out, const Tensor& x) {
+  const int64_t rows = x.shape().rows(), n = x.shape().cols();
+  Tensor xt = ctx.empty({n, rows}, x.dtype());
+  ops::transpose(ctx, xt, x.view({rows, n}));
+  Tensor gathered = ctx.empty({n * tp.size(), rows}, x.dtype());
+  tp.group->all_gather(gathered, xt, ctx.stream());
+  ops::transpose(ctx, out.view({rows, n * tp.size()}), gathered);
+}
+
+// out [R, n] = this rank's columns of x [R, n * TP].
+void split_last_dim(Context& ctx, const TensorParallel& tp, const Tensor& out, const Tensor& x) {
+  const int64_t rows = out.shape().rows(), n = out.shape().cols(), r = tp.rank();
+  Tensor xt = ctx.empty({n * tp.size(), rows}, x.dtype());
+  ops::transpose(ctx, xt, x.view({rows, n * tp.size()}));
+  ops::transpose(ctx, out.view({rows, n}), xt.slice(r * n, (r + 1) * n));
+}
+
+}  // namespace
+
+void PendingCollective::wait(Context& ctx) {
+  if (fork_ != nullptr) fork_->join(ctx);
+  fork_ = nullptr;
+}
+
+PendingCollective copy_to_tp_backward(Context& ctx, const TensorParallel& tp, const Tensor& dx, bool async) {
+  if (!tp.enabled()) return {};
+  Issue i = issue(ctx, tp, async);
+  tp.group->all_reduce(dx, comm::ReduceOp::Sum, i.stream);
+  return PendingCollective(i.fork);
+}
+
+void reduce_from_tp_forward(Context& ctx, const TensorParallel& tp, const Tensor& y) {
+  if (!tp.enabled()) return;
+  tp.group->all_reduce(y, comm::ReduceOp::Sum, ctx.stream());
+}
+
+void scatter_to_tp_forward(Context& ctx, const TensorParallel& tp, const Tensor& out, const Tensor& x) {
+  check_last_dim("scatter_to_tp_forward", tp, x, out);
+  if (!tp.enabled()) return copy_if_distinct(ctx, out, x);
+  split_last_dim(ctx, tp, out, x);
+}
+
+void scatter_to_tp_backward(Context& ctx, const TensorParallel& tp, const Tensor& dx, const Tensor& dout) {
+  check_last_dim("scatter_to_tp_backward", tp, dx, dout);
+  if (!tp.enabled()) return copy_if_distinct(ctx, dx, dout);
+  all_gather_last_dim(ctx, tp, dx, dout);
+}
+
+void gather_from_tp_forward(Context& ctx, const TensorParallel& tp, const Tensor& out, const Tensor& x) {
+  check_last_dim("gather_from_tp_forward", tp, out, x);
+  if (!tp.enabled()) return copy_if_distinct(ctx, out, x);
+  all_gather_last_dim(ctx, tp, out, x);
+}
+
+void gather_from_tp_backward(Context& ctx, const TensorParallel& tp, const Tensor& dx, const Tensor& dout) {
+  check_last_dim("gather_from_tp_backward", tp, dout, dx);
+  if (!tp.enabled()) return copy_if_distinct(ctx, dx, dout);
+  split_last_dim(ctx, tp, dx, dout);
+}
+
+PendingCollective gather_from_sp_forward(Context& ctx, const TensorParallel& tp, const Tensor& out, const Tensor& x,
+                                         bool async) {
+  check_rows("gather_from_sp_forward", tp, out, x);
+  if (!tp.enabled()) {
+    copy_if_distinct(ctx, out, x);
+    return {};
+  }
+  Issue i = issue(ctx, tp, async);
+  tp.group->all_gather(out, x, i.stream);
+  return PendingCollective(i.fork);
+}
+
+PendingCollective gather_from_sp_backward(Context& ctx, const TensorParallel& tp, const Tensor& dx,
+                                          const Tensor& dout, bool async) {
+  check_rows("gather_from_sp_backward", tp, dout, dx);
+  if (!tp.enabled()) {
+    copy_if_distinct(ctx, dx, dout);
+    return {};
+  }
+  Issue i = issue(ctx, tp, async);
+  tp.group->reduce_scatter(dx, dout, comm::ReduceOp::Sum, i.stream);
+  return PendingCollective(i.fork);
+}
+
+void reduce_scatter_to_sp_forward(Context& ctx, const TensorParallel& tp, const Tensor& out, const Tensor& x) {
+  check_rows("reduce_scatter_to_sp_forward", tp, x, out);
+  if (!tp.enabled()) return copy_if_distinct(ctx, out, x);
+  tp.group->reduce_scatter(out, x, comm::ReduceOp::Sum, ctx.stream());
+}
+
+PendingCollective reduce_scatter_to_sp_backward(Context& ctx, const TensorParallel& tp, const Tensor& dx,
+                                                const Tensor& dout, bool async) {
+  check_rows("reduce_scatter_to_sp_backward", tp, dx, dout);
+  if (!tp.enabled()) {
+    copy_if_distinct(ctx, dx, dout);
+    return {};
+  }
+  Issue i = issue(ctx, tp, async);
+  tp.group->all_gather(dx, dout, i.stream);
+  return PendingCollective(i.fork);
+}
+
+}  // namespace megatron::parallel

@@ -1,0 +1,231 @@
+// The paired collectives of tensor/sequence parallelism (parallel/mappings.h) against a direct computation,
+// under `mpiexec -np 3` (an odd TP size): every rank fills its inputs from Philox seeded by (case, rank), so
+// each rank recomputes the other ranks' inputs and the expected result itself. Forward and backward of each
+// pair, F32 (reductions, 1e-6) and BF16 (data movement, exact), odd row and column counts; a group of one
+// leaves tensors untouched; shape errors name the group and the shapes. Suite TensorParallelMappingsGpu
+// runs the same checks on two GPUs through NCCL with the overlapped (side-stream) forms.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "harness.h"
+#include "megatron/comm/self_communicator.h"
+#include "megatron/parallel/mappings.h"
+#include "mpi_world.h"
+#if MEGATRON_WITH_NCCL
+#include "megatron/comm/nccl_communicator.h"
+#endif
+
+namespace megatron::parallel {
+namespace {
+
+struct Env {
+  Context& ctx;
+  TensorParallel tp;
+  bool async = false;
+};
+
+// Rank r's input of case `what` (r = -1: an input shared by every rank), as doubles and as a device tensor.
+std::vector<double> values(const Shape& shape, DType dt, const std::string& what, int r) {
+  static CpuAllocator host;
+  Tensor t = Tensor::empty(shape, dt, host);
+  testing::fill_random(t, testing::seed_from(str_cat(what, "#", r)), -1.0, 1.0);
+  return testing::to_doubles(testing::cpu_context(), t);
+}
+Tensor input(Env& e, const Shape& shape, DType dt, const std::string& what, int r) {
+  static CpuAllocator host;
+  Tensor t = Tensor::empty(shape, dt, host);
+  testing::fill_random(t, testing::seed_from(str_cat(what, "#", r)), -1.0, 1.0);
+  Tensor d = e.ctx.empty(shape, dt);
+  copy_tensor(e.ctx, d, t);
+  return d;
+}
+std::vector<double> read(Env& e, const Tensor& t) {
+  e.ctx.synchronize();
+  return testing::to_doubles(e.ctx, t);
+}
+
+void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; ++i)
+    if (!(std::fabs(got[i] - want[i]) <= tol)) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
+      ++bad;
+    }
+}
+
+double tol(DType dt) { return dt == DType::F32 ? 1e-6 : 0.0; }
+
+// Sum over the ranks of each rank's values.
+std::vector<double> sum_over_ranks(const Shape& shape, DType dt, const std::string& what, int ranks) {
+  std::vector<double> s(size_t(shape.numel()), 0.0);
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<double> v = values(shape, dt, what, r);
+    for (size_t i = 0; i < s.size(); ++i) s[i] += v[i];
+  }
+  return s;
+}
+
+void check_all_reduce_pairs(Env& e) {
+  const int P = e.tp.size(), me = e.tp.rank();
+  const Shape shape{7, 5};
+  {  // copy_to_tp backward: the input gradient summed over the ranks, in place
+    Tensor dx = input(e, shape, DType::F32, "copy_bwd", me);
+    PendingCollective pending = copy_to_tp_backward(e.ctx, e.tp, dx, e.async);
+    pending.wait(e.ctx);
+    expect_near(read(e, dx), sum_over_ranks(shape, DType::F32, "copy_bwd", P), 1e-6, "copy_to_tp_backward");
+  }
+  {  // reduce_from_tp forward
+    Tensor y = input(e, shape, DType::F32, "reduce_fwd", me);
+    reduce_from_tp_forward(e.ctx, e.tp, y);
+    expect_near(read(e, y), sum_over_ranks(shape, DType::F32, "reduce_fwd", P), 1e-6, "reduce_from_tp_forward");
+  }
+}
+
+void check_last_dim_pairs(Env& e, DType dt) {
+  const int P = e.tp.size(), me = e.tp.rank();
+  const int64_t rows = 5, n = 3;  // local columns; the whole has n * P
+  const std::string tag = str_cat(" (", dtype_name(dt), ")");
+  // scatter_to_tp forward: this rank's columns of a replicated x; gather_from_tp backward: the same rule.
+  const std::vector<double> x = values({rows, n * P}, dt, "scatter_fwd", -1);
+  std::vector<double> mine(size_t(rows * n));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < n; ++c) mine[size_t(i * n + c)] = x[size_t(i * n * P + me * n + c)];
+  for (bool gather_backward : {false, true}) {
+    Tensor full = input(e, {rows, n * P}, dt, "scatter_fwd", -1);
+    Tensor out = e.ctx.empty({rows, n}, dt);
+    if (gather_backward) gather_from_tp_backward(e.ctx, e.tp, out, full);
+    else scatter_to_tp_forward(e.ctx, e.tp, out, full);
+    expect_near(read(e, out), mine, 0.0, (gather_backward ? "gather_from_tp_backward" : "scatter_to_tp_forward") + tag);
+  }
+  // gather_from_tp forward / scatter_to_tp backward: every rank's [rows, n] side by side.
+  std::vector<double> side_by_side(size_t(rows * n * P));
+  for (int r = 0; r < P; ++r) {
+    std::vector<double> v = values({rows, n}, dt, "gather_fwd", r);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < n; ++c) side_by_side[size_t(i * n * P + r * n + c)] = v[size_t(i * n + c)];
+  }
+  for (bool scatter_backward : {false, true}) {
+    Tensor part = input(e, {rows, n}, dt, "gather_fwd", me);
+    Tensor out = e.ctx.empty({rows, n * P}, dt);
+    if (scatter_backward) scatter_to_tp_backward(e.ctx, e.tp, out, part);
+    else gather_from_tp_forward(e.ctx, e.tp, out, part);
+    expect_near(read(e, out), side_by_side, 0.0,
+                (scatter_backward ? "scatter_to_tp_backward" : "gather_from_tp_forward") + tag);
+  }
+}
+
+void check_sequence_pairs(Env& e, DType dt) {
+  const int P = e.tp.size(), me = e.tp.rank();
+  const int64_t local = 3, h = 5;  // rows per rank, row width
+  const std::string tag = str_cat(" (", dtype_name(dt), ")");
+  // All-gather of rows: gather_from_sp forward and reduce_scatter_to_sp backward.
+  std::vector<double> stacked;
+  for (int r = 0; r < P; ++r) {
+    std::vector<double> v = values({local, h}, dt, "sp_gather", r);
+    stacked.insert(stacked.end(), v.begin(), v.end());
+  }
+  for (bool rs_backward : {false, true}) {
+    Tensor part = input(e, {local, h}, dt, "sp_gather", me);
+    Tensor out = e.ctx.empty({local * P, h}, dt);
+    PendingCollective pending = rs_backward ? reduce_scatter_to_sp_backward(e.ctx, e.tp, out, part, e.async)
+                                            : gather_from_sp_forward(e.ctx, e.tp, out, part, e.async);
+    pending.wait(e.ctx);
+    expect_near(read(e, out), stacked, 0.0,
+                (rs_backward ? "reduce_scatter_to_sp_backward" : "gather_from_sp_forward") + tag);
+  }
+  if (dt != DType::F32) return;  // reductions: fp32 only (bf16 sums round in an order of MPI's choosing)
+  // Reduce-scatter of rows: reduce_scatter_to_sp forward and gather_from_sp backward.
+  const std::vector<double> sum = sum_over_ranks({local * P, h}, dt, "sp_rs", P);
+  const std::vector<double> my_rows(sum.begin() + me * local * h, sum.begin() + (me + 1) * local * h);
+  for (bool gather_backward : {false, true}) {
+    Tensor whole = input(e, {local * P, h}, dt, "sp_rs", me);
+    Tensor out = e.ctx.empty({local, h}, dt);
+    if (gather_backward) gather_from_sp_backward(e.ctx, e.tp, out, whole, e.async).wait(e.ctx);
+    else reduce_scatter_to_sp_forward(e.ctx, e.tp, out, whole);
+    expect_near(read(e, out), my_rows, tol(dt),
+                (gather_backward ? "gather_from_sp_backward" : "reduce_scatter_to_sp_forward") + tag);
+  }
+}
+
+void check_everything(Env& e) {
+  check_all_reduce_pairs(e);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    check_last_dim_pairs(e, dt);
+    check_sequence_pairs(e, dt);
+  }
+}
+
+TEST(TensorParallelMappings, MatchDirectComputation) {
+  auto world = testing::mpi_world();
+  ASSERT_GE(world->size(), 2);
+  Env e{testing::cpu_context(), TensorParallel::create(testing::cpu_context(), world, true)};
+  EXPECT_TRUE(e.tp.sp());
+  EXPECT_EQ(e.tp.sp_rows(12 * world->size()), 12);
+  EXPECT_EQ(e.tp.sp_row_offset(12 * world->size()), 12 * world->rank());
+  check_everything(e);
+  e.async = true;  // CPU ranks: the same, completed inside the call
+  check_all_reduce_pairs(e);
+}
+
+TEST(TensorParallelMappings, GroupOfOneDoesNothing) {
+  Context& ctx = testing::cpu_context();
+  for (bool with_group : {false, true}) {
+    TensorParallel tp = TensorParallel::create(
+        ctx, with_group ? std::make_shared<comm::SelfCommunicator>() : nullptr, /*sequence_parallel=*/true);
+    EXPECT_FALSE(tp.enabled());
+    EXPECT_FALSE(tp.sp()) << "sequence parallelism is off at TP 1, as in Megatron";
+    EXPECT_EQ(tp.sp_rows(10), 10);
+    EXPECT_EQ(tp.sp_row_offset(10), 0);
+    Tensor t = ctx.empty({4, 3}, DType::F32);
+    testing::poison(ctx, t);  // NaN everywhere: an op that touched it would still leave NaN, so compare bytes
+    std::vector<uint8_t> before(t.nbytes());
+    std::memcpy(before.data(), t.data_ptr(), t.nbytes());
+    copy_to_tp_backward(ctx, tp, t, true).wait(ctx);
+    reduce_from_tp_forward(ctx, tp, t);
+    EXPECT_EQ(std::memcmp(before.data(), t.data_ptr(), t.nbytes()), 0);
+    Tensor x = ctx.empty({4, 3}, DType::F32), out = ctx.empty({4, 3}, DType::F32);
+    testing::fill_random(x, 3);
+    gather_from_sp_forward(ctx, tp, out, x);
+    EXPECT_EQ(testing::to_doubles(ctx, out), testing::to_doubles(ctx, x));
+  }
+}
+
+TEST(TensorParallelMappings, ShapeErrorsNameTheGroupAndShapes) {
+  auto world = testing::mpi_world();
+  Context& ctx = testing::cpu_context();
+  TensorParallel tp = TensorParallel::create(ctx, world, true);
+  const int P = world->size();
+  Tensor local = ctx.empty({3, 4}, DType::F32), wrong = ctx.empty({3 * P + 1, 4}, DType::F32);
+  testing::expect_error([&] { gather_from_sp_forward(ctx, tp, wrong, local); },
+                        {"gather_from_sp_forward", "group 'world'", "f32[3, 4]", str_cat("f32[", 3 * P + 1, ", 4]")});
+  Tensor cols = ctx.empty({3, 4 * P + 2}, DType::F32);
+  testing::expect_error([&] { gather_from_tp_forward(ctx, tp, cols, local); },
+                        {"gather_from_tp_forward", "group 'world'", "last dimension"});
+  Tensor other = ctx.empty({3 * P, 4}, DType::BF16);
+  testing::expect_error([&] { reduce_scatter_to_sp_forward(ctx, tp, local, other); }, {"reduce_scatter_to_sp_forward", "dtype"});
+}
+
+#if MEGATRON_WITH_NCCL
+TEST(TensorParallelMappingsGpu, MatchDirectComputationOnTwoGpusWithOverlap) {
+  auto world = testing::mpi_world();
+  const int count = cuda_device_count();
+  if (count == 0 || world->size() != 2 || testing::mpi_runtime().local_size() > count)
+    GTEST_SKIP() << "needs 2 ranks with a GPU each";
+  const Device device = Device::cuda(testing::mpi_runtime().local_rank() % count);
+  auto ctx = Context::create(device);
+  std::shared_ptr<comm::Communicator> nccl =
+      comm::NcclCommunicator::create(*world, device.index, "tp", comm::timeout_from_minutes(2.0));
+  for (bool async : {false, true}) {
+    SCOPED_TRACE(async ? "side stream" : "ctx stream");
+    Env e{*ctx, TensorParallel::create(*ctx, nccl, true), async};
+    ASSERT_TRUE(e.tp.overlap != nullptr);
+    check_everything(e);
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace megatron::parallel
