@@ -121,6 +121,7 @@ Reference run_reference(const ModelConfig& config, const Batch& batch, uint64_t 
   randomize(ctx, model);
   Reference ref;
   ref.loss = model.forward_backward(ctx, batch.tokens, batch.labels, batch.mask, {.dropout_step = dropout_step});
+  model.finish_sequence_parallel_grads(ctx);
   for (Parameter* p : model.parameters()) {
     ref.values[p->name] = testing::to_doubles(ctx, p->value);
     ref.grads[p->name] = testing::to_doubles(ctx, p->main_grad);
@@ -291,6 +292,7 @@ TEST(TensorParallel, SameLossAndGradientsAsOneRank) {
           randomize(ctx, model);
           const double loss =
               model.forward_backward(ctx, batch.tokens, batch.labels, batch.mask, {.dropout_step = dropout_step});
+          model.finish_sequence_parallel_grads(ctx);  // the norms' partial gradients under SP
           expect_matches_reference(model, ref, loss, *group, what);
           // Eval mode too: the same loss without dropout.
           GPTModel ref_model(ctx, config);
@@ -393,6 +395,7 @@ TEST(TensorParallelGpu, TwoGpusMatchOneInBf16) {
       GPTModel model(*gpu, config, parallel::TensorParallel::create(*gpu, nccl, sp));
       randomize(*gpu, model);
       const double loss = model.forward_backward(*gpu, batch.tokens, batch.labels, batch.mask, {.dropout_step = 3});
+      model.finish_sequence_parallel_grads(*gpu);
       EXPECT_NEAR(loss, ref_loss, 2e-2 * std::fabs(ref_loss));
       for (Parameter* p : model.parameters()) {
         const ParameterShard shard = describe_shard(*p);

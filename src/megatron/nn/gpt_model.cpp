@@ -4,6 +4,7 @@
 
 #include "megatron/nn/column_parallel_linear.h"
 #include "megatron/nn/vocab_parallel_cross_entropy.h"
+#include "megatron/parallel/mappings.h"
 #include "megatron/ops/cross_entropy/cross_entropy.h"
 #include "megatron/ops/elementwise/elementwise.h"
 
@@ -68,6 +69,31 @@ void GPTModel::init(Context& ctx) {
   for (TransformerLayer& layer : layers) layer.init(ctx, config_);
   final_layernorm.init(ctx);
   if (output_layer.defined()) init_normal(ctx, output_layer, config_.seed, config_.args.init_method_std);
+}
+
+void GPTModel::finish_sequence_parallel_grads(Context& ctx) {
+  if (!tp_.sp()) return;
+  ParameterList norms;
+  for (TransformerLayer& layer : layers) {
+    layer.input_layernorm.collect_parameters(norms);
+    layer.pre_mlp_layernorm.collect_parameters(norms);
+  }
+  final_layernorm.collect_parameters(norms);
+  int64_t total = 0;
+  for (const Parameter* p : norms) total += p->main_grad.numel();
+  // One all-reduce over TP of all the norms' gradients, packed (they are views scattered over the DP buffer).
+  Tensor packed = ctx.empty({total}, norms.front()->main_grad.dtype());
+  int64_t at = 0;
+  for (const Parameter* p : norms) {
+    ops::copy(ctx, packed.slice(at, at + p->main_grad.numel()), p->main_grad.view({p->main_grad.numel()}));
+    at += p->main_grad.numel();
+  }
+  parallel::reduce_from_tp_forward(ctx, tp_, packed);
+  at = 0;
+  for (Parameter* p : norms) {
+    ops::copy(ctx, p->main_grad.view({p->main_grad.numel()}), packed.slice(at, at + p->main_grad.numel()));
+    at += p->main_grad.numel();
+  }
 }
 
 ParameterList GPTModel::parameters() {

@@ -80,6 +80,11 @@ class GPTModel {
                           const StepOptions& step = {});
   double forward_loss(Context& ctx, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask);
 
+  // Under sequence parallelism: sums the norms' partial weight/bias gradients over TP (one all-reduce of all
+  // of them). Once per iteration, after the last backward (and after the data-parallel reduction, if any: both
+  // are sums); a no-op otherwise. The gradients are incomplete until then.
+  void finish_sequence_parallel_grads(Context& ctx);
+
   // Every trainable parameter once, in a stable order (embedding, layers, final norm, output layer).
   ParameterList parameters();
   const ModelConfig& config() const { return config_; }

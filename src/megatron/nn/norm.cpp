@@ -45,21 +45,9 @@ void Norm::forward(Context& ctx, const Tensor& y, const Tensor& sum, const Tenso
 
 void Norm::backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& dresidual) {
   MEGATRON_CHECK(saved_x_.defined(), "Norm ", weight.name, ": backward without a forward");
-  if (tp_.sp()) {
-    // This rank's rows only: the gradients of this backward into a scratch, summed over TP, then added.
-    const int64_t h = weight.value.numel();
-    Tensor grads = ctx.empty({bias.defined() ? 2 : 1, h}, weight.main_grad.dtype());
-    if (kind_ == Normalization::LayerNorm)
-      ops::layer_norm_backward(ctx, dx, grads.select(0), grads.select(1), dy, saved_x_, weight.value, mean_, rstd_,
-                               false, dresidual);
-    else
-      ops::rms_norm_backward(ctx, dx, grads.select(0), dy, saved_x_, weight.value, rstd_, false, dresidual);
-    parallel::reduce_from_tp_forward(ctx, tp_, grads);
-    ops::add(ctx, weight.main_grad, weight.main_grad, grads.select(0));
-    if (bias.defined()) ops::add(ctx, bias.main_grad, bias.main_grad, grads.select(1));
-    saved_x_ = mean_ = rstd_ = Tensor();
-    return;
-  }
+  // Under sequence parallelism this rank's rows give a partial gradient: it accumulates like any other, and
+  // GPTModel::finish_sequence_parallel_grads sums it over TP once per iteration (Megatron's
+  // _allreduce_layernorm_grads), after the data-parallel reduction (both are sums: the order is free).
   if (kind_ == Normalization::LayerNorm)
     ops::layer_norm_backward(ctx, dx, weight.main_grad, bias.main_grad, dy, saved_x_, weight.value, mean_, rstd_,
                              true, dresidual);

@@ -10,9 +10,9 @@
 //   gradient, added in the same pass) assigned; weight/bias main grads accumulated (+=).
 // Tensor parallelism: the parameters are replicated over TP. Without sequence parallelism every TP rank
 // normalises the same whole tensor and gets the same gradients. Under sequence parallelism each rank
-// normalises its token rows only, so the weight/bias gradients of one backward are partial sums: they are
-// computed into a scratch, all-reduced over TP (Megatron's all-reduce of sequence-parallel gradients, done
-// per backward so that accumulation over micro-batches stays a plain +=) and then added.
+// normalises its token rows only, so the weight/bias gradients accumulate partial sums: the model sums them
+// over TP once per iteration (GPTModel::finish_sequence_parallel_grads, Megatron's all-reduce of
+// sequence-parallel gradients) instead of once per norm and micro-batch.
 #pragma once
 
 #include <string>

@@ -177,6 +177,7 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
     if (m + 1 < M) next = prepare_micro_batch(train_data);
   }
   ddp_->finish_grad_sync(ctx_);
+  model_.finish_sequence_parallel_grads(ctx_);  // the norms' partial gradients under SP, summed over TP
   double loss[1] = {read_scalar(ctx_, loss_sum) / M};
   parallel_->dp_cp().comm->all_reduce_host(loss, comm::ReduceOp::Avg);
   r.loss = loss[0];
