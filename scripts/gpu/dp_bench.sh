@@ -63,7 +63,7 @@ for f in "$OUT"/dp_*.log; do
   tps=$(echo "$line" | grep -oE "tokens per second per GPU: [0-9.]+" | grep -oE "[0-9.]+$")
   tfl=$(echo "$line" | grep -oE "TFLOP/s/GPU\): [0-9.]+" | grep -oE "[0-9.]+$")
   ms=$(echo "$line" | grep -oE "iteration \(ms\): [0-9.]+" | grep -oE "[0-9.]+$")
-  opt=$(grep -oE "optimizer state per rank.*" "$f" | head -1 | sed 's/.*: //')
+  opt=$(grep -oE "optimizer state per rank \(.*" "$f" | head -1 | sed 's/.*: //')
   peak=$(grep -oE "peak allocated [0-9.]+" "$f" | grep -oE "[0-9.]+" | sort -n | tail -1)
   printf '%-28s tok/s/GPU %9s  TFLOP/s/GPU %7s  ms/iter %8s  peak GiB %7s  optimizer %s\n' \
     "$(basename "$f" .log | sed 's/^dp_//')" "${tps:--}" "${tfl:--}" "${ms:--}" "${peak:--}" "${opt:--}"
