@@ -258,7 +258,9 @@ TEST(DataParallelCheckpoint, LoadsTheSameStateAtEveryLayout) {
     run.load(g2.dir);
     expect_same_state(run.held_state(), reference, "loaded at DP=2 replicated");
   }
-  // DP=4 over the whole world, from group 0's checkpoint.
+  // DP=4 over the whole world, from group 0's checkpoint (which group 1's ranks may only read once group 0
+  // has published it).
+  world->barrier();
   const fs::path group0 = root / "dp2_distributed_group0";
   std::map<std::string, std::vector<double>> reference0;
   {
