@@ -95,7 +95,7 @@ ParameterPlacement tensor_parallel_placement(const nn::Parameter& p) {
                  "boxes must be split along dimension 0");
   for (const nn::ShardBox& b : shard.boxes)
     where.boxes.push_back(PlacementBox{shard.dim == 0 ? b.local_offset : 0, b.global_offset, b.shape});
-  where.tp_replica = shard.replica ? std::max(1, p.tp.rank) : 0;
+  where.tp_replica = shard.replica ? p.tp.rank : 0;  // replica: a replicated parameter on TP rank > 0
   return where;
 }
 

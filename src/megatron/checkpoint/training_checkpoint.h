@@ -9,8 +9,9 @@
 //   - distributed optimizer (TrainingState::optimizer_ranges): each DP rank saves the ranges of each
 //     parameter it updates -- weights, fp32 masters and moments -- as flat pieces; together the ranks cover
 //     every tensor once;
-//   - loading: every rank reads what it holds (whole weights; its optimizer entries: whole tensors, or its
-//     ranges), from whatever pieces the checkpoint has (sharded_tensor.h's rule).
+//   - loading: every rank reads what it holds (its local weights, box by box; its optimizer entries: whole
+//     local tensors, or its ranges cut at the box boundaries), from whatever pieces the checkpoint has
+//     (sharded_tensor.h's rule).
 //
 // Tensors (keys are Megatron-core's state-dict names):
 //   <param name>                               model weights, parameter dtype ("decoder.layers.0.mlp.linear_fc1.weight")
@@ -56,7 +57,7 @@
 namespace megatron::checkpoint {
 
 // Where a rank's local tensor of a parameter sits in the whole parameter: what a tensor-parallel layer
-// reports (docs/checkpoint.md, "What a tensor-parallel layer reports"). The local tensor is made of one or more
+// reports (docs/checkpoint.md, "Tensor-parallel runs"). The local tensor is made of one or more
 // boxes of the whole parameter, each a range of its rows (dimension 0) with every other dimension whole in the
 // local tensor: a plain split is one box (a row block, a column block, or the whole tensor), SwiGLU's fc1 under
 // tensor parallelism is two ([gate_r; up_r]). Contract (checked by the checkpoint code, which names the
@@ -87,7 +88,7 @@ struct TrainingState {
   optim::AdamW* optimizer = nullptr;
   // Distributed optimizer: what each optimizer entry holds (DistributedOptimizer::param_ranges()).
   std::vector<optim::DistributedOptimizer::ParamRange> optimizer_ranges{};
-  int dp_rank = 0, dp_size = 1;  // this rank in its data-parallel group
+  int dp_rank = 0, dp_size = 1;  // this rank in its data-parallel group (ranks with the same TP rank)
   // Where each parameter's local tensor sits in the whole one; empty: tensor_parallel_placement (what the
   // model's tensor-parallel splits say). Tests override it to describe synthetic layouts.
   ParameterPlacementFn placement{};
