@@ -100,10 +100,6 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
 #endif
   train::resolve_and_validate(args);
   if (eod < 0) eod = args.model.vocab_size - 1;
-  // The format describes tensor-parallel pieces (docs/checkpoint.md); writing and reading them is not wired.
-  MEGATRON_CHECK(args.parallel.tensor_model_parallel_size == 1 || (args.checkpoint.save.empty() && args.checkpoint.load.empty()),
-                 "--save/--load with --tensor-model-parallel-size ", args.parallel.tensor_model_parallel_size,
-                 ": checkpoints of tensor-parallel runs are not supported yet (data-parallel runs are)");
 
   Device device = pick_device(args.training.device, mpi);
   auto ctx = Context::create(device);
@@ -177,7 +173,8 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
   }
 
   // --- checkpoints (issue 7): resume, and the save rule (every --save-interval and when the run stops).
-  // Every rank saves its own pieces and loads what it holds (docs/checkpoint.md); rank 0 reports totals.
+  // Every rank saves its own pieces and loads what it holds, at any tensor- and data-parallel layout
+  // (docs/checkpoint.md); rank 0 reports totals.
   const optim::DistributedOptimizer* dist_optimizer = trainer.distributed_optimizer();
   checkpoint::TrainingState ckpt_state{.model = &model, .optimizer = &trainer.optimizer(),
                                        .optimizer_ranges = dist_optimizer ? dist_optimizer->param_ranges()
@@ -207,6 +204,16 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
                 << (loaded.optimizer_loaded ? ", with optimizer state" : ", weights only") << "): " << bytes / 1e9
                 << " GB read" << (mpi.world_size() > 1 ? " by all ranks" : "") << " in " << seconds << " s ("
                 << bytes / 1e9 / seconds << " GB/s); resuming at iteration " << start_iteration + 1 << "\n";
+    if (first_rank && loaded.resized_from_padded_vocab > 0)
+      std::cout << "WARNING: the checkpoint's padded vocabulary is " << loaded.resized_from_padded_vocab
+                << " rows, this run's " << model_config.padded_vocab_size << " (--make-vocab-size-divisible-by "
+                << args.model.make_vocab_size_divisible_by << " x --tensor-model-parallel-size "
+                << args.parallel.tensor_model_parallel_size << ", vocabulary " << args.model.vocab_size
+                << "): the word embedding and output layer rows both have were loaded, "
+                << (loaded.resized_from_padded_vocab < model_config.padded_vocab_size
+                        ? "the extra padding rows start at zero"
+                        : "the checkpoint's extra padding rows were dropped")
+                << "; the logits cover the padding, so losses differ slightly from the saved run's\n";
   }
   checkpoint::AsyncSaver async_saver(world.get());
   int64_t last_saved = -1;

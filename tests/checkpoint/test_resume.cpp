@@ -3,8 +3,10 @@
 // real .bin/.idx dataset, hidden dropout on, so the data position and the RNG both matter). The same
 // through the pretrain_gpt binary (--save/--exit-interval, then --load), comparing Megatron's log lines.
 // Also two ranks through mpiexec (distributed optimizer, asynchronous saves), resumed at two ranks and
-// loaded by one. Also: --finetune loads weights only, --no-load-optim rebuilds the optimizer, and an
-// architecture mismatch is refused with every difference listed.
+// loaded by one; and four ranks at TP=2 x DP=2 (SP, distributed optimizer), loaded by one process at TP=1
+// (the same losses within 1e-5), whose checkpoint loads at TP=2 x DP=2 again. Also: --finetune loads weights
+// only, --no-load-optim rebuilds the optimizer, and an architecture mismatch is refused with every difference
+// listed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -242,10 +244,12 @@ TEST(Resume, SaveItemsSpreadReplicasOverDataParallelRanksAndFollowThePlacement) 
   const nn::Parameter* first = params.front();
   TrainingState s = run.state();
   s.placement = [&](const nn::Parameter& p) {
-    ParameterPlacement where{p.value.shape().dims(), std::vector<int64_t>(size_t(p.value.rank()), 0), 0};
+    ParameterPlacement where = tensor_parallel_placement(p);  // at TP = 1: the whole tensor
+    EXPECT_EQ(where.boxes.size(), 1u) << p.name;
+    EXPECT_EQ(where.tp_replica, 0) << p.name;
     if (&p == first) {
       where.global_shape[0] *= 2;
-      where.global_offset[0] = p.value.dim(0);
+      where.boxes[0].global_offset[0] = p.value.dim(0);
     }
     if (p.name.find("final_layernorm") != std::string::npos) where.tp_replica = 1;
     return where;
@@ -259,6 +263,60 @@ TEST(Resume, SaveItemsSpreadReplicasOverDataParallelRanksAndFollowThePlacement) 
       EXPECT_EQ(item.spec.replica_id, 1) << item.spec.key;
     }
   }
+}
+
+TEST(Resume, SaveItemsSplitALocalTensorOfTwoBoxesAndRangesCrossingThem) {
+  // SwiGLU's fc1 under TP: the local tensor [gate_r; up_r] is two row boxes of the whole [2F, h]. Here the
+  // first weight (R rows) plays it: local rows [0, R/2) are global rows [R/2, R) and local rows [R/2, R) are
+  // global rows [3R/2, 2R) of a tensor 2R tall (TP rank 1 of 2). A distributed-optimizer range crossing the
+  // boundary becomes one flat piece per box; a whole local tensor, two box pieces.
+  std::vector<std::string> f = base_flags(8);
+  f.insert(f.end(), {"--mock-data", "--vocab-size", "4096"});
+  TrainingRun run(make_args(f), DType::F32, 11);
+  nn::Parameter* first = run.model->parameters().front();
+  const int64_t R = first->value.dim(0), C = first->value.dim(1);
+  ASSERT_EQ(R % 2, 0);
+  TrainingState s = run.state();
+  s.placement = [&](const nn::Parameter& p) {
+    ParameterPlacement where = tensor_parallel_placement(p);
+    if (&p != first) return where;
+    where.global_shape = {2 * R, C};
+    where.boxes = {PlacementBox{0, {R / 2, 0}, {R / 2, C}}, PlacementBox{R / 2, {3 * R / 2, 0}, {R / 2, C}}};
+    return where;
+  };
+  auto pieces_of_first = [&](const TrainingState& state) {
+    std::vector<SaveItem> out;
+    for (SaveItem& item : training_save_items(state, false))
+      if (item.spec.key == first->name) out.push_back(std::move(item));
+    return out;
+  };
+  const std::vector<SaveItem> whole = pieces_of_first(s);
+  ASSERT_EQ(whole.size(), 2u);
+  EXPECT_FALSE(whole[0].spec.flat);
+  EXPECT_EQ(whole[0].spec.global_offset, (std::vector<int64_t>{R / 2, 0}));
+  EXPECT_EQ(whole[1].spec.global_offset, (std::vector<int64_t>{3 * R / 2, 0}));
+  EXPECT_EQ(whole[1].data.data_ptr(), first->value.slice(R / 2, R).data_ptr());
+  // A range from row 0 (offset 5) to 3 elements before the end: two flat pieces.
+  s.optimizer = nullptr;
+  s.optimizer_ranges = {{first, 5, R * C - 3}};
+  const std::vector<SaveItem> ranged = pieces_of_first(s);
+  ASSERT_EQ(ranged.size(), 2u);
+  EXPECT_TRUE(ranged[0].spec.flat && ranged[1].spec.flat);
+  EXPECT_EQ(ranged[0].spec.flat_begin, 5);
+  EXPECT_EQ(ranged[0].spec.flat_end, R / 2 * C);
+  EXPECT_EQ(ranged[1].spec.flat_begin, 0);
+  EXPECT_EQ(ranged[1].spec.flat_end, R / 2 * C - 3);
+  EXPECT_EQ(ranged[1].spec.global_offset, (std::vector<int64_t>{3 * R / 2, 0}));
+  EXPECT_EQ(ranged[0].data.numel() + ranged[1].data.numel(), R * C - 8);
+  EXPECT_EQ(ranged[1].data.data_ptr(), first->value.slice(R / 2, R).data_ptr());
+  // A placement that does not tile the local tensor is refused, naming the parameter.
+  s.optimizer_ranges.clear();
+  s.placement = [&](const nn::Parameter& p) {
+    ParameterPlacement where = tensor_parallel_placement(p);
+    if (&p == first) where.boxes[0].shape[0] = R / 2;
+    return where;
+  };
+  testing::expect_error([&] { training_save_items(s, false); }, {first->name, "local rows"});
 }
 
 #ifdef PRETRAIN_GPT_EXE
@@ -328,6 +386,49 @@ TEST(Resume, PretrainGptDataParallelSavesResumeAndLoadInOneProcess) {
   std::ifstream log(dir / "single.log");
   std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(text.find("resuming at iteration 7"), std::string::npos);
+}
+
+// A value printed in a log line part ("lm loss: 6.123456E+00 | ... grad norm: 1.234 |").
+double logged(const std::string& line, const std::string& name) {
+  std::smatch m;
+  const std::regex value(name + R"(: +([-+0-9.eE]+))");
+  EXPECT_TRUE(std::regex_search(line, m, value)) << name << " in " << line;
+  return m.size() > 1 ? std::stod(m[1]) : NAN;
+}
+
+TEST(Resume, PretrainGptTensorParallelSavesLoadAtTp1AndBack) {
+  // TP=2 x DP=2 (four ranks, sequence parallel, distributed optimizer) saves at iteration 4 (asynchronously)
+  // and exits; one process at TP=1 loads it and continues with the uninterrupted TP=2 x DP=2 run's losses
+  // (within 1e-5 relative: the reductions sum in another order; the log prints 7 digits) and gradient norms (as
+  // printed, 3 decimals). Its own checkpoint then loads at TP=2 x DP=2 again.
+  fs::path dir = testing::make_temp_dir("resume_binary_tp");
+  std::string flags;
+  for (const std::string& s : base_flags(8)) flags += s + " ";
+  flags += "--device cpu --log-interval 1 --data-path " + write_dataset(dir) + " --split 90,5,5 --vocab-size 512 " +
+           "--data-cache-path " + (dir / "cache").string();
+  const std::string four = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + MPIEXEC +
+                           " --oversubscribe -np 4 ";
+  const std::string tp2 = " --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer";
+  auto full = run_pretrain(flags + tp2, dir / "full.log", four);
+  ASSERT_EQ(full.size(), 8u);
+  const std::string ckpt = (dir / "ckpt").string(), ckpt1 = (dir / "ckpt_tp1").string();
+  auto first =
+      run_pretrain(flags + tp2 + " --save " + ckpt + " --exit-interval 4 --async-save", dir / "first.log", four);
+  EXPECT_EQ(first.size(), 4u);
+  EXPECT_EQ(saved_iterations(ckpt), (std::vector<int64_t>{4}));
+  EXPECT_TRUE(fs::exists(CheckpointReader::open(ckpt).directory() / "rank_00003.safetensors"));
+  auto single = run_pretrain(flags + " --load " + ckpt + " --save " + ckpt1, dir / "single.log");
+  ASSERT_EQ(single.size(), 4u) << "iterations 5..8 at TP=1";
+  for (int64_t it = 5; it <= 8; ++it) {
+    const double want = logged(full[it], "lm loss"), got = logged(single[it], "lm loss");
+    EXPECT_LE(std::fabs(got - want), 1e-5 * std::fabs(want)) << "iteration " << it << ": " << single[it] << " vs " << full[it];
+    EXPECT_NEAR(logged(single[it], "grad norm"), logged(full[it], "grad norm"), 1.01e-3) << "iteration " << it;
+  }
+  auto back = run_pretrain(flags + tp2 + " --load " + ckpt1 + " --train-iters 10", dir / "back.log", four);
+  EXPECT_EQ(back.size(), 2u) << "iterations 9..10 at TP=2 x DP=2";
+  std::ifstream log(dir / "back.log");
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("resuming at iteration 9"), std::string::npos);
 }
 #endif
 #endif

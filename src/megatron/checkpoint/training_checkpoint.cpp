@@ -4,6 +4,8 @@
 #include <unordered_map>
 
 #include "megatron/core/error.h"
+#include "megatron/nn/parameter_shard.h"
+#include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/train/flags.h"
 
 namespace megatron::checkpoint {
@@ -40,16 +42,22 @@ std::vector<std::pair<std::string, std::string>> architecture_values(const nn::M
   for (const char* key : kArchitectureKeys) out.emplace_back(key, value_of(all, key));
   if (config.position_embedding() == nn::PositionEmbedding::LearnedAbsolute)
     out.emplace_back("max_position_embeddings", value_of(all, "max_position_embeddings"));
-  out.emplace_back("padded_vocab_size", std::to_string(config.padded_vocab_size));
+  // The real vocabulary: the padded one depends on TP, and a load resizes the padding rows.
+  out.emplace_back("vocab_size", std::to_string(config.args.vocab_size));
   return out;
 }
 
 std::vector<std::string> architecture_differences(const nlohmann::json& saved_args, const nn::ModelConfig& config) {
   std::vector<std::string> diffs;
-  for (const auto& [key, value] : architecture_values(config)) {
+  for (auto [key, value] : architecture_values(config)) {
     std::string flag = "--" + key;
     std::replace(flag.begin(), flag.end(), '_', '-');
-    if (key == "padded_vocab_size") flag = "padded vocabulary size";
+    if (key == "vocab_size" && !saved_args.contains(key) && saved_args.contains("padded_vocab_size")) {
+      // A checkpoint that records only the padded vocabulary: it must then be the same.
+      key = "padded_vocab_size";
+      value = std::to_string(config.padded_vocab_size);
+      flag = "padded vocabulary size";
+    }
     if (!saved_args.contains(key)) {
       diffs.push_back(str_cat(flag, ": not in the checkpoint, this run ", value));
       continue;
@@ -78,38 +86,111 @@ train::ModelArguments model_arguments_from_state(const nlohmann::json& state) {
   return train::parse_arguments(train::flags_for_values(values)).model;
 }
 
+ParameterPlacement tensor_parallel_placement(const nn::Parameter& p) {
+  const nn::ParameterShard shard = nn::describe_shard(p);
+  ParameterPlacement where;
+  where.global_shape = shard.global_shape;
+  MEGATRON_CHECK(shard.dim <= 0 || shard.boxes.size() == 1, "checkpoint: parameter '", p.name, "' is split along ",
+                 "dimension ", shard.dim, " in ", shard.boxes.size(), " blocks; a local tensor made of several "
+                 "boxes must be split along dimension 0");
+  for (const nn::ShardBox& b : shard.boxes)
+    where.boxes.push_back(PlacementBox{shard.dim == 0 ? b.local_offset : 0, b.global_offset, b.shape});
+  where.tp_replica = shard.replica ? p.tp.rank : 0;  // replica: a replicated parameter on TP rank > 0
+  return where;
+}
+
 namespace {
 
-// Each parameter's box (its place in the whole parameter) and TP replica number, checked against the
-// local tensor.
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t n = 1;
+  for (int64_t x : v) n *= x;
+  return n;
+}
+
+std::string dims_text(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// A parameter's local tensor as box pieces of the whole parameter (its placement), checked against the local
+// tensor. Box k holds the local tensor's flat elements [first[k], first[k] + boxes[k].numel()) (the boxes are
+// ranges of rows with every other dimension whole, so each is contiguous in the local tensor).
 struct Placed {
-  ShardSpec box;  // key = parameter name, dtype = parameter dtype
+  std::vector<ShardSpec> boxes;  // key = parameter name, dtype = parameter dtype
+  std::vector<int64_t> first;
   int tp_replica = 0;
 };
+
+Placed place_parameter(const TrainingState& state, const nn::Parameter& p) {
+  const std::vector<int64_t> local = dims(p.value);
+  const ParameterPlacement where = state.placement ? state.placement(p) : tensor_parallel_placement(p);
+  Placed placed;
+  placed.tp_replica = where.tp_replica;
+  MEGATRON_CHECK(where.tp_replica >= 0, "checkpoint: parameter '", p.name, "' has a negative tensor-parallel replica id");
+  if (where.boxes.empty()) {
+    MEGATRON_CHECK(where.global_shape.empty() || where.global_shape == local, "checkpoint: parameter '", p.name,
+                   "' is ", dims_text(local), " here but its placement names no box of the whole ",
+                   dims_text(where.global_shape));
+    placed.boxes.push_back(whole_tensor(p.name, local, p.value.dtype()));
+    placed.first.push_back(0);
+    return placed;
+  }
+  const int64_t row_elements = local.empty() ? 1 : product(local) / std::max<int64_t>(1, local[0]);
+  int64_t next_row = 0;
+  for (const PlacementBox& b : where.boxes) {
+    ShardSpec box = whole_tensor(p.name, where.global_shape, p.value.dtype());
+    box.global_offset = b.global_offset;
+    box.local_shape = b.shape;
+    validate_shard(box);
+    const bool rows_fit = local.empty() ? b.shape.empty() && b.local_row == 0
+                                        : b.shape.size() == local.size() && b.local_row == next_row &&
+                                              std::equal(b.shape.begin() + 1, b.shape.end(), local.begin() + 1);
+    MEGATRON_CHECK(rows_fit, "checkpoint: parameter '", p.name, "' (local ", dims_text(local), "): its placement box ",
+                   box.describe(), " at local row ", b.local_row, " is not the next range of whole rows (row ", next_row,
+                   ") of the local tensor");
+    placed.first.push_back(next_row * row_elements);
+    next_row += local.empty() ? 1 : b.shape[0];
+    placed.boxes.push_back(std::move(box));
+  }
+  MEGATRON_CHECK(next_row == (local.empty() ? 1 : local[0]), "checkpoint: parameter '", p.name, "' has ",
+                 local.empty() ? 1 : local[0], " local rows but its placement boxes cover ", next_row);
+  return placed;
+}
+
 std::vector<Placed> place_parameters(const TrainingState& state, const nn::ParameterList& params) {
   std::vector<Placed> out;
-  for (const nn::Parameter* p : params) {
-    Placed placed;
-    placed.box = whole_tensor(p->name, dims(p->value), p->value.dtype());
-    if (state.placement) {
-      const ParameterPlacement where = state.placement(*p);
-      placed.box.global_shape = where.global_shape;
-      placed.box.global_offset = where.global_offset;
-      placed.tp_replica = where.tp_replica;
-      validate_shard(placed.box);
-    }
-    out.push_back(std::move(placed));
+  for (const nn::Parameter* p : params) out.push_back(place_parameter(state, *p));
+  return out;
+}
+
+// The pieces of parameter `placed` (or of its optimizer state under `key`, in `dtype`) that hold the local
+// flat range [begin, end) (the whole local tensor: [0, numel)), each with the sub-range of [begin, end) it
+// holds. A range inside one box is one piece (the box itself when the range covers it); a range crossing a box
+// boundary (SwiGLU's fc1: from gate rows into up rows) is one flat piece per box.
+struct LocalPiece {
+  ShardSpec spec;
+  int64_t begin = 0, end = 0;  // within [begin, end) of the request, relative to its begin
+};
+std::vector<LocalPiece> local_pieces(const Placed& placed, const std::string& key, DType dtype, int64_t begin,
+                                     int64_t end, bool ranged) {
+  std::vector<LocalPiece> out;
+  for (size_t k = 0; k < placed.boxes.size(); ++k) {
+    ShardSpec box = placed.boxes[k];
+    box.key = key;
+    box.dtype = dtype;
+    const int64_t lo = std::max(begin, placed.first[k]), hi = std::min(end, placed.first[k] + box.numel());
+    if (lo >= hi) continue;
+    const bool whole_box = !ranged && lo == placed.first[k] && hi == placed.first[k] + box.numel();
+    LocalPiece piece{whole_box ? box : flat_piece_of_box(box, lo - placed.first[k], hi - placed.first[k]),
+                     lo - begin, hi - begin};
+    out.push_back(std::move(piece));
   }
   return out;
 }
 
-// The box of parameter `placed` under another key and dtype (its optimizer state).
-ShardSpec box_as(const Placed& placed, const std::string& key, DType dtype) {
-  ShardSpec s = placed.box;
-  s.key = key;
-  s.dtype = dtype;
-  return s;
-}
+// Elements [begin, end) of a tensor's flattening, as a 1-D view.
+Tensor flat_slice(const Tensor& t, int64_t begin, int64_t end) { return t.view({t.numel()}).slice(begin, end); }
 
 std::unordered_map<const nn::Parameter*, size_t> index_of(const nn::ParameterList& params) {
   std::unordered_map<const nn::Parameter*, size_t> index;
@@ -122,6 +203,48 @@ size_t param_index(const std::unordered_map<const nn::Parameter*, size_t>& index
   MEGATRON_CHECK(it != index.end(), "checkpoint: the distributed optimizer holds a range of parameter '",
                  p != nullptr ? p->name : std::string("null"), "', which is not one of the model's parameters");
   return it->second;
+}
+
+// The tensors with one row per (padded) vocabulary entry.
+bool is_vocabulary_parameter(const std::string& name) {
+  return name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
+}
+
+// Loads the piece `want` into `dst` (want.numel() elements). A vocabulary tensor whose checkpoint has another
+// number of rows (another padded vocabulary: same real vocabulary, another TP or padding multiple) is resized:
+// the piece's elements in rows the checkpoint has are loaded, the others (this model's extra padding rows) set
+// to zero. Those elements are a prefix of the piece, since a box and a flat range of a box both run through
+// the rows in order. Returns the checkpoint's row count when it resized, else -1.
+int64_t load_piece(Context& ctx, CheckpointReader& reader, const ShardSpec& want, const Tensor& dst, bool vocabulary) {
+  const TensorEntry& entry = reader.tensor(want.key);
+  const std::vector<int64_t>& saved = entry.global_shape;
+  const bool resize = vocabulary && saved.size() == want.global_shape.size() && !saved.empty() &&
+                      saved[0] != want.global_shape[0] &&
+                      std::equal(saved.begin() + 1, saved.end(), want.global_shape.begin() + 1);
+  if (!resize) {
+    reader.load(ctx, want, dst);  // refuses another global shape, naming the tensor
+    return -1;
+  }
+  const int64_t saved_rows = saved[0];
+  const int64_t row0 = want.global_offset[0], rows = want.local_shape[0];
+  const int64_t row_elements = rows > 0 ? product(want.local_shape) / rows : 0;
+  const int64_t keep_rows = std::clamp<int64_t>(saved_rows - row0, 0, rows);
+  ShardSpec clipped = want;
+  clipped.global_shape[0] = saved_rows;
+  int64_t keep = 0;  // elements of the piece that exist in the checkpoint: the first `keep`
+  if (keep_rows > 0) {
+    clipped.local_shape[0] = keep_rows;
+    if (want.flat) {
+      clipped.flat_end = std::min(want.flat_end, keep_rows * row_elements);
+      clipped.flat_begin = std::min(want.flat_begin, clipped.flat_end);
+      keep = clipped.flat_end - clipped.flat_begin;
+    } else {
+      keep = keep_rows * row_elements;
+    }
+  }
+  if (keep > 0) reader.load(ctx, clipped, keep == dst.numel() ? dst : flat_slice(dst, 0, keep));
+  if (keep < dst.numel()) ops::fill(ctx, flat_slice(dst, keep, dst.numel()), 0.0);
+  return saved_rows;
 }
 
 }  // namespace
@@ -141,20 +264,31 @@ std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_
     dp_replicated.push_back(replicated);
   };
   const optim::AdamW* opt = save_optim ? state.optimizer : nullptr;
+  // The pieces of local data `data` (elements [begin, end) of parameter i's local tensor) under `key`.
+  auto add_pieces = [&](size_t i, const std::string& key, const Tensor& data, int64_t begin, int64_t end,
+                        bool ranged, bool replicated) {
+    MEGATRON_CHECK(data.numel() == end - begin, "save_training_checkpoint: '", key, "' holds ", data.numel(),
+                   " elements for the ", end - begin, " of its parameter's local range [", begin, ", ", end, ")");
+    for (LocalPiece& piece : local_pieces(placed[i], key, data.dtype(), begin, end, ranged)) {
+      const Tensor part = piece.begin == 0 && piece.end == data.numel() ? data : flat_slice(data, piece.begin, piece.end);
+      add(std::move(piece.spec), part, placed[i].tp_replica, replicated);
+    }
+  };
 
   if (state.optimizer_ranges.empty()) {
     // Replicated optimizer: whole local tensors, identical on every DP rank.
-    for (size_t i = 0; i < params.size(); ++i) add(placed[i].box, params[i]->value, placed[i].tp_replica, true);
+    for (size_t i = 0; i < params.size(); ++i)
+      add_pieces(i, params[i]->name, params[i]->value, 0, params[i]->value.numel(), false, true);
     if (opt != nullptr) {
       MEGATRON_CHECK(opt->size() == params.size(), "save_training_checkpoint: the optimizer holds ", opt->size(),
                      " tensors but the model has ", params.size(), " parameters");
       for (size_t i = 0; i < params.size(); ++i) {
         const nn::Parameter& p = *params[i];
-        const int rep = placed[i].tp_replica;
+        const int64_t n = p.value.numel();
         if (opt->master(i).data_ptr() != p.value.data_ptr())
-          add(box_as(placed[i], kFp32Param + p.name, opt->master(i).dtype()), opt->master(i), rep, true);
-        add(box_as(placed[i], kExpAvg + p.name, opt->exp_avg(i).dtype()), opt->exp_avg(i), rep, true);
-        add(box_as(placed[i], kExpAvgSq + p.name, opt->exp_avg_sq(i).dtype()), opt->exp_avg_sq(i), rep, true);
+          add_pieces(i, kFp32Param + p.name, opt->master(i), 0, n, false, true);
+        add_pieces(i, kExpAvg + p.name, opt->exp_avg(i), 0, n, false, true);
+        add_pieces(i, kExpAvgSq + p.name, opt->exp_avg_sq(i), 0, n, false, true);
       }
     }
   } else {
@@ -169,17 +303,13 @@ std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_
       const auto& r = state.optimizer_ranges[k];
       const size_t i = param_index(index, r.param);
       const nn::Parameter& p = *params[i];
-      const int rep = placed[i].tp_replica;
-      const Tensor weights = p.value.view({p.value.numel()}).slice(r.begin, r.end);
-      add(flat_piece_of_box(placed[i].box, r.begin, r.end), weights, rep, false);
+      const Tensor weights = flat_slice(p.value, r.begin, r.end);
+      add_pieces(i, p.name, weights, r.begin, r.end, true, false);
       if (opt == nullptr) continue;
-      auto range_of = [&](const std::string& key, const Tensor& t) {
-        return flat_piece_of_box(box_as(placed[i], key, t.dtype()), r.begin, r.end);
-      };
       if (opt->master(k).data_ptr() != weights.data_ptr())
-        add(range_of(kFp32Param + p.name, opt->master(k)), opt->master(k), rep, false);
-      add(range_of(kExpAvg + p.name, opt->exp_avg(k)), opt->exp_avg(k), rep, false);
-      add(range_of(kExpAvgSq + p.name, opt->exp_avg_sq(k)), opt->exp_avg_sq(k), rep, false);
+        add_pieces(i, kFp32Param + p.name, opt->master(k), r.begin, r.end, true, false);
+      add_pieces(i, kExpAvg + p.name, opt->exp_avg(k), r.begin, r.end, true, false);
+      add_pieces(i, kExpAvgSq + p.name, opt->exp_avg_sq(k), r.begin, r.end, true, false);
     }
   }
 
@@ -283,16 +413,27 @@ LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, 
 
   const nn::ParameterList params = state.model->parameters();
   const std::vector<Placed> placed = place_parameters(state, params);
+  LoadedTraining out;
+  // Fills `dst` (elements [begin, end) of parameter i's local tensor, or of its optimizer state) from `key`.
+  auto load_pieces = [&](size_t i, const std::string& key, const Tensor& dst, int64_t begin, int64_t end, bool ranged) {
+    MEGATRON_CHECK(dst.numel() == end - begin, "load_training_checkpoint: '", key, "' holds ", dst.numel(),
+                   " elements for the ", end - begin, " of its parameter's local range [", begin, ", ", end, ")");
+    const bool vocabulary = is_vocabulary_parameter(params[i]->name);
+    for (const LocalPiece& piece : local_pieces(placed[i], key, dst.dtype(), begin, end, ranged)) {
+      const Tensor part = piece.begin == 0 && piece.end == dst.numel() ? dst : flat_slice(dst, piece.begin, piece.end);
+      const int64_t saved_rows = load_piece(ctx, reader, piece.spec, part, vocabulary);
+      if (saved_rows >= 0) out.resized_from_padded_vocab = saved_rows;
+    }
+  };
   for (size_t i = 0; i < params.size(); ++i) {
     nn::Parameter* p = params[i];
     // fp32 parameters take the fp32 master when the checkpoint has one (saved from a bf16/fp16 run): the
     // exact values the optimizer was updating, not their rounded copy.
     const bool exact = p->value.dtype() == DType::F32 && reader.has(kFp32Param + p->name);
-    reader.load(ctx, box_as(placed[i], exact ? kFp32Param + p->name : p->name, p->value.dtype()), p->value);
+    load_pieces(i, exact ? kFp32Param + p->name : p->name, p->value, 0, p->value.numel(), false);
   }
 
   const bool weights_only = flags.finetune || reader.is_release();
-  LoadedTraining out;
   if (!weights_only) {
     out.iteration = saved.value("iteration", reader.iteration());
     out.consumed_train_samples = saved.value("consumed_train_samples", int64_t(0));
@@ -310,20 +451,16 @@ LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, 
     for (size_t k = 0; k < opt->size(); ++k) {
       const size_t i = ranged ? param_index(index, state.optimizer_ranges[k].param) : k;
       const nn::Parameter& p = *params[i];
-      auto piece = [&](const std::string& key, const Tensor& t) {
-        const ShardSpec box = box_as(placed[i], key, t.dtype());
-        return ranged ? flat_piece_of_box(box, state.optimizer_ranges[k].begin, state.optimizer_ranges[k].end) : box;
-      };
-      const Tensor weights = ranged ? p.value.view({p.value.numel()}).slice(state.optimizer_ranges[k].begin,
-                                                                            state.optimizer_ranges[k].end)
-                                    : p.value;
+      const int64_t begin = ranged ? state.optimizer_ranges[k].begin : 0;
+      const int64_t end = ranged ? state.optimizer_ranges[k].end : p.value.numel();
+      const Tensor weights = ranged ? flat_slice(p.value, begin, end) : p.value;
       if (opt->master(k).data_ptr() != weights.data_ptr()) {
         // The fp32 master when the checkpoint has one; else (saved from fp32 parameters) the weights.
         const std::string key = reader.has(kFp32Param + p.name) ? kFp32Param + p.name : p.name;
-        reader.load(ctx, piece(key, opt->master(k)), opt->master(k));
+        load_pieces(i, key, opt->master(k), begin, end, ranged);
       }
-      reader.load(ctx, piece(kExpAvg + p.name, opt->exp_avg(k)), opt->exp_avg(k));
-      reader.load(ctx, piece(kExpAvgSq + p.name, opt->exp_avg_sq(k)), opt->exp_avg_sq(k));
+      load_pieces(i, kExpAvg + p.name, opt->exp_avg(k), begin, end, ranged);
+      load_pieces(i, kExpAvgSq + p.name, opt->exp_avg_sq(k), begin, end, ranged);
     }
     opt->set_step_count(saved["optimizer"].value("step", int64_t(0)));
     if (state.scheduler != nullptr && saved.contains("scheduler"))

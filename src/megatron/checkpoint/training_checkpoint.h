@@ -1,13 +1,17 @@
-// What a training checkpoint holds and how pretrain_gpt saves and resumes it, at any data-parallel layout
-// (and ready for tensor parallelism: ParameterPlacement). Keys are global, so a layout only changes the
-// ShardSpecs that training_save_items and load_training_checkpoint build:
+// What a training checkpoint holds and how pretrain_gpt saves and resumes it, at any tensor- and
+// data-parallel layout. Keys are global, so a layout only changes the ShardSpecs that training_save_items and
+// load_training_checkpoint build:
+//   - tensor parallelism (ParameterPlacement, from nn::describe_shard): a rank's local tensor of a parameter
+//     is one or more boxes of the whole parameter (two for SwiGLU's fc1); each is saved and loaded as its own
+//     piece; parameters every TP rank holds whole are written by TP rank 0's ranks only;
 //   - replicated optimizer: every DP rank holds every tensor whole; assign_writers spreads the tensors over
 //     the DP ranks (replica 0 on one of them), so each rank writes about 1/DP of the bytes;
 //   - distributed optimizer (TrainingState::optimizer_ranges): each DP rank saves the ranges of each
 //     parameter it updates -- weights, fp32 masters and moments -- as flat pieces; together the ranks cover
 //     every tensor once;
-//   - loading: every rank reads what it holds (whole weights; its optimizer entries: whole tensors, or its
-//     ranges), from whatever pieces the checkpoint has (sharded_tensor.h's rule).
+//   - loading: every rank reads what it holds (its local weights, box by box; its optimizer entries: whole
+//     local tensors, or its ranges cut at the box boundaries), from whatever pieces the checkpoint has
+//     (sharded_tensor.h's rule).
 //
 // Tensors (keys are Megatron-core's state-dict names):
 //   <param name>                               model weights, parameter dtype ("decoder.layers.0.mlp.linear_fc1.weight")
@@ -25,6 +29,11 @@
 // iteration 0 with fresh optimizer, schedule and data position; --no-load-optim skips the optimizer, its
 // schedule and the loss scaler (the fp32 masters are then rebuilt from the loaded weights); --no-load-rng
 // keeps --seed. The architecture must match: architecture_differences() lists every argument that differs.
+// The vocabulary is compared by its real size (vocab_size): the padded size depends on TP
+// (make_vocab_size_divisible_by x TP), so a checkpoint whose padded vocabulary differs still loads: the rows of
+// the word embedding and output layer (weights, fp32 masters, moments) that exist in both are loaded, this
+// model's extra padding rows start at zero, padding rows only the checkpoint has are dropped (the logits cover
+// the padded vocabulary, so the loss then differs slightly from the saved run's: LoadedTraining reports it).
 #pragma once
 
 #include <cstdint>
@@ -48,14 +57,27 @@
 namespace megatron::checkpoint {
 
 // Where a rank's local tensor of a parameter sits in the whole parameter: what a tensor-parallel layer
-// reports (docs/checkpoint.md). The local tensor's shape is the block's extent.
+// reports (docs/checkpoint.md, "Tensor-parallel runs"). The local tensor is made of one or more
+// boxes of the whole parameter, each a range of its rows (dimension 0) with every other dimension whole in the
+// local tensor: a plain split is one box (a row block, a column block, or the whole tensor), SwiGLU's fc1 under
+// tensor parallelism is two ([gate_r; up_r]). Contract (checked by the checkpoint code, which names the
+// parameter): the boxes lie inside global_shape, come in local row order, and their rows add up to the local
+// tensor's rows; each box's extent in the other dimensions equals the local tensor's.
+struct PlacementBox {
+  int64_t local_row = 0;               // first row of the box in the local tensor
+  std::vector<int64_t> global_offset;  // where the box starts in the whole parameter, per dimension
+  std::vector<int64_t> shape;          // its extent per dimension
+};
 struct ParameterPlacement {
-  std::vector<int64_t> global_shape;   // the whole parameter
-  std::vector<int64_t> global_offset;  // of the local block
-  // 0 on the one rank of the tensor-parallel group that saves this block; > 0 (e.g. the TP rank) on ranks
-  // holding an identical copy (parameters every TP rank holds whole: norms, row-parallel biases).
+  std::vector<int64_t> global_shape;  // the whole parameter
+  std::vector<PlacementBox> boxes;    // empty: the local tensor is the whole parameter
+  // 0 on the one rank of the tensor-parallel group that saves these boxes; > 0 (the TP rank) on ranks holding
+  // an identical copy (parameters every TP rank holds whole: norms, row-parallel biases, position embeddings).
   int tp_replica = 0;
 };
+// The placement of a model parameter from its tensor-parallel split (nn::describe_shard): the default of
+// TrainingState::placement. At TP = 1 it is the whole tensor with tp_replica 0.
+ParameterPlacement tensor_parallel_placement(const nn::Parameter& p);
 using ParameterPlacementFn = std::function<ParameterPlacement(const nn::Parameter&)>;
 
 struct TrainingState {
@@ -66,8 +88,10 @@ struct TrainingState {
   optim::AdamW* optimizer = nullptr;
   // Distributed optimizer: what each optimizer entry holds (DistributedOptimizer::param_ranges()).
   std::vector<optim::DistributedOptimizer::ParamRange> optimizer_ranges{};
-  int dp_rank = 0, dp_size = 1;  // this rank in its data-parallel group
-  ParameterPlacementFn placement{};  // tensor parallelism; empty: every parameter is whole
+  int dp_rank = 0, dp_size = 1;  // this rank in its data-parallel group (ranks with the same TP rank)
+  // Where each parameter's local tensor sits in the whole one; empty: tensor_parallel_placement (what the
+  // model's tensor-parallel splits say). Tests override it to describe synthetic layouts.
+  ParameterPlacementFn placement{};
   optim::OptimizerParamScheduler* scheduler = nullptr;
   optim::LossScaler* scaler = nullptr;
   const train::Arguments* args = nullptr;             // required for saving
@@ -118,6 +142,8 @@ struct LoadedTraining {
   int64_t consumed_valid_samples = 0;
   bool optimizer_loaded = false;
   uint64_t bytes = 0;  // tensor data read
+  // The checkpoint's padded vocabulary when it differs from the model's (rows resized as above); 0 when equal.
+  int64_t resized_from_padded_vocab = 0;
 };
 // Loads into state.model (and optimizer/scheduler/scaler per the flags). Throws before touching anything
 // when the architecture differs, listing every difference. With several ranks each calls it with its own
