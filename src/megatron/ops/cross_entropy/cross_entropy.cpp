@@ -28,6 +28,13 @@ void check_logits(OpCheck& check, const Context& ctx, const Tensor& logits, cons
       .shape("targets", targets, Shape{logits.dim(0)});
 }
 
+// In place is supported only as an exact alias: a partial overlap would read already-written gradients.
+void check_in_place(OpCheck& check, const Tensor& dlogits, const Tensor& logits) {
+  check.that(dlogits.storage() != logits.storage() || dlogits.data_ptr() == logits.data_ptr(), "dlogits ",
+             dlogits.describe(), " overlaps logits ", logits.describe(),
+             " without being the same tensor (only exact in-place aliasing is supported)");
+}
+
 void check_mask(OpCheck& check, const Context& ctx, const Tensor& loss_mask, int64_t tokens) {
   if (!loss_mask.defined()) return;
   check.device(ctx, {{"loss_mask", loss_mask}}).dtype("loss_mask", loss_mask, DType::F32).shape("loss_mask", loss_mask, Shape{tokens});
@@ -58,10 +65,7 @@ void cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& d
   check_stat_dtype(check, ctx, "dlosses", dlosses, logits.dtype());
   check_stat_dtype(check, ctx, "lse", lse, logits.dtype());
   check.shape("dlosses", dlosses, Shape{logits.dim(0)}).shape("lse", lse, Shape{logits.dim(0)});
-  // In place is supported only as an exact alias: a partial overlap would read already-written gradients.
-  check.that(dlogits.storage() != logits.storage() || dlogits.data_ptr() == logits.data_ptr(), "dlogits ",
-             dlogits.describe(), " overlaps logits ", logits.describe(),
-             " without being the same tensor (only exact in-place aliasing is supported)");
+  check_in_place(check, dlogits, logits);
   if (logits.numel() == 0) return;
   MEGATRON_DISPATCH(ctx,
                     cuda::cross_entropy_backward(ctx, dlogits, dlosses, logits, targets, lse),
@@ -117,9 +121,7 @@ void vocab_parallel_cross_entropy_backward(Context& ctx, const Tensor& dlogits, 
   check_stat_dtype(check, ctx, "dlosses", dlosses, logits.dtype());
   check_stat_dtype(check, ctx, "lse", lse, logits.dtype());
   check.shape("dlosses", dlosses, Shape{logits.dim(0)}).shape("lse", lse, Shape{logits.dim(0)});
-  check.that(dlogits.storage() != logits.storage() || dlogits.data_ptr() == logits.data_ptr(), "dlogits ",
-             dlogits.describe(), " overlaps logits ", logits.describe(),
-             " without being the same tensor (only exact in-place aliasing is supported)");
+  check_in_place(check, dlogits, logits);
   if (logits.numel() == 0) return;
   MEGATRON_DISPATCH(ctx,
                     cuda::vocab_parallel_cross_entropy_backward(ctx, dlogits, dlosses, logits, targets, lse,
@@ -139,9 +141,7 @@ void cross_entropy_forward_backward(Context& ctx, const Tensor& losses, const Te
     check_stat_dtype(check, ctx, name, *t, logits.dtype());
     check.shape(name, *t, Shape{logits.dim(0)});
   }
-  check.that(dlogits.storage() != logits.storage() || dlogits.data_ptr() == logits.data_ptr(), "dlogits ",
-             dlogits.describe(), " overlaps logits ", logits.describe(),
-             " without being the same tensor (only exact in-place aliasing is supported)");
+  check_in_place(check, dlogits, logits);
   if (logits.numel() == 0) return;
   MEGATRON_DISPATCH(ctx, cuda::cross_entropy_forward_backward(ctx, losses, lse, dlogits, dlosses, logits, targets),
                     (cpu::cross_entropy_forward(losses, lse, logits, targets),
