@@ -20,6 +20,7 @@
 #include "mpi_world.h"
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
+#include "megatron/train/model_config.h"
 #endif
 
 namespace megatron::checkpoint {
@@ -67,7 +68,7 @@ struct Process {
       : ctx(Context::create(device)), args(std::move(a)), group(std::move(g)) {
     pc = std::make_unique<parallel::ParallelContext>(group ? parallel::ParallelContext::create(group)
                                                            : parallel::ParallelContext::single(device));
-    nn::ModelConfig config = nn::make_model_config(args.model, DType::BF16, uint64_t(args.training.seed));
+    nn::TransformerConfig config = train::transformer_config(args.model, DType::BF16, uint64_t(args.training.seed));
     config.deterministic = device.is_cuda();  // bit-exact resume on GPU is a --deterministic-mode property
     model = std::make_unique<nn::GPTModel>(*ctx, config);
     trainer = std::make_unique<trainer::Trainer>(*ctx, args, *model, *pc);

@@ -21,6 +21,7 @@
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/train/flags.h"
 #include "megatron/trainer/trainer.h"
+#include "megatron/train/model_config.h"
 
 namespace megatron::checkpoint {
 namespace {
@@ -65,7 +66,7 @@ struct TrainingRun {
   int64_t iteration = 0;
 
   TrainingRun(train::Arguments a, DType dtype, uint64_t seed) : args(std::move(a)) {
-    model = std::make_unique<nn::GPTModel>(*ctx, nn::make_model_config(args.model, dtype, seed));
+    model = std::make_unique<nn::GPTModel>(*ctx, train::transformer_config(args.model, dtype, seed));
     data = std::make_unique<trainer::TrainingData>(args, args.model.vocab_size - 1);
     train = data->stream(data::Split::train);
     valid = data->stream(data::Split::valid);

@@ -24,6 +24,7 @@
 #include "megatron/nn/parameter_shard.h"
 #include "megatron/train/flags.h"
 #include "megatron/trainer/trainer.h"
+#include "megatron/train/model_config.h"
 #include "mpi_world.h"
 
 namespace megatron::checkpoint {
@@ -86,7 +87,7 @@ struct Process {
     pc = std::make_unique<parallel::ParallelContext>(
         world ? parallel::ParallelContext::create(world, {.tensor_model_parallel = tp}) : parallel::ParallelContext::single());
     model = std::make_unique<nn::GPTModel>(
-        *ctx, nn::make_model_config(args.model, DType::F32, uint64_t(args.training.seed), tp),
+        *ctx, train::transformer_config(args.model, DType::F32, uint64_t(args.training.seed), tp),
         parallel::TensorParallel::create(*ctx, pc->tp().comm, args.parallel.sequence_parallel));
     trainer = std::make_unique<trainer::Trainer>(*ctx, args, *model, *pc);
     train = shared_data().stream(data::Split::train);
@@ -379,7 +380,7 @@ TEST(TensorParallelCheckpointVocabulary, LoadsAcrossPaddedVocabularySizes) {
   train::Arguments other = tp1;
   other.model.vocab_size = 4100;
   auto ctx = Context::cpu();
-  nn::GPTModel other_model(*ctx, nn::make_model_config(other.model, DType::F32, 5, 1));
+  nn::GPTModel other_model(*ctx, train::transformer_config(other.model, DType::F32, 5, 1));
   TrainingState s;
   s.model = &other_model;
   CheckpointReader reader = CheckpointReader::open(root / "tp1");

@@ -7,6 +7,7 @@
 #include "megatron/nn/parameter_shard.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/train/flags.h"
+#include "megatron/train/model_config.h"
 
 namespace megatron::checkpoint {
 namespace fs = std::filesystem;
@@ -34,20 +35,20 @@ const char* const kArchitectureKeys[] = {
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> architecture_values(const nn::ModelConfig& config) {
+std::vector<std::pair<std::string, std::string>> architecture_values(const nn::TransformerConfig& config) {
   train::Arguments a;
-  a.model = config.args;
+  a.model = train::model_arguments(config);
   const auto all = train::argument_values(a);
   std::vector<std::pair<std::string, std::string>> out;
   for (const char* key : kArchitectureKeys) out.emplace_back(key, value_of(all, key));
-  if (config.position_embedding() == nn::PositionEmbedding::LearnedAbsolute)
+  if (config.position_embedding == nn::PositionEmbedding::LearnedAbsolute)
     out.emplace_back("max_position_embeddings", value_of(all, "max_position_embeddings"));
   // The real vocabulary: the padded one depends on TP, and a load resizes the padding rows.
-  out.emplace_back("vocab_size", std::to_string(config.args.vocab_size));
+  out.emplace_back("vocab_size", std::to_string(config.vocab_size));
   return out;
 }
 
-std::vector<std::string> architecture_differences(const nlohmann::json& saved_args, const nn::ModelConfig& config) {
+std::vector<std::string> architecture_differences(const nlohmann::json& saved_args, const nn::TransformerConfig& config) {
   std::vector<std::string> diffs;
   for (auto [key, value] : architecture_values(config)) {
     std::string flag = "--" + key;
@@ -95,7 +96,7 @@ ParameterPlacement tensor_parallel_placement(const nn::Parameter& p) {
                  "boxes must be split along dimension 0");
   for (const nn::ShardBox& b : shard.boxes)
     where.boxes.push_back(PlacementBox{shard.dim == 0 ? b.local_offset : 0, b.global_offset, b.shape});
-  where.tp_replica = shard.replica ? p.tp.rank : 0;  // replica: a replicated parameter on TP rank > 0
+  where.tp_replica = p.placement.replica_index();  // > 0: another rank's copy is saved
   return where;
 }
 
@@ -331,7 +332,7 @@ std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_
 
 nlohmann::json training_state_json(const TrainingState& state, bool save_optim, bool save_rng) {
   MEGATRON_CHECK(state.model != nullptr && state.args != nullptr, "save_training_checkpoint: model and args required");
-  const nn::ModelConfig& config = state.model->config();
+  const nn::TransformerConfig& config = state.model->config();
   nlohmann::json j;
   j["iteration"] = state.iteration;
   j["consumed_train_samples"] = state.consumed_train_samples;
@@ -340,7 +341,7 @@ nlohmann::json training_state_json(const TrainingState& state, bool save_optim, 
   for (const auto& [k, v] : train::argument_values(*state.args)) args[k] = v;
   // The model's own view wins (e.g. a converted checkpoint's args are only the model's).
   train::Arguments model_only;
-  model_only.model = config.args;
+  model_only.model = train::model_arguments(config);
   for (const auto& [k, v] : train::argument_values(model_only))
     if (!args.contains(k)) args[k] = v;
   args["padded_vocab_size"] = std::to_string(config.padded_vocab_size);
@@ -402,7 +403,7 @@ LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, 
                                         const train::CheckpointArguments& flags) {
   MEGATRON_CHECK(state.model != nullptr, "load_training_checkpoint: no model");
   const nlohmann::json& saved = reader.state();
-  const nn::ModelConfig& config = state.model->config();
+  const nn::TransformerConfig& config = state.model->config();
   std::vector<std::string> diffs = architecture_differences(saved.value("args", nlohmann::json::object()), config);
   if (!diffs.empty()) {
     std::string msg = str_cat("checkpoint ", reader.directory().string(), " was saved with another architecture (",

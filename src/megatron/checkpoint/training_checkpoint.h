@@ -71,8 +71,9 @@ struct PlacementBox {
 struct ParameterPlacement {
   std::vector<int64_t> global_shape;  // the whole parameter
   std::vector<PlacementBox> boxes;    // empty: the local tensor is the whole parameter
-  // 0 on the one rank of the tensor-parallel group that saves these boxes; > 0 (the TP rank) on ranks holding
-  // an identical copy (parameters every TP rank holds whole: norms, row-parallel biases, position embeddings).
+  // 0 on the one rank of the model-parallel group that saves these boxes; > 0 on ranks holding an identical
+  // copy (nn::Placement::replica_index: parameters every TP rank holds whole -- norms, row-parallel biases,
+  // position embeddings -- and a pipeline's last-stage copy of tied word embeddings).
   int tp_replica = 0;
 };
 // The placement of a model parameter from its tensor-parallel split (nn::describe_shard): the default of
@@ -101,9 +102,9 @@ struct TrainingState {
 };
 
 // The (key, value) pairs that must agree between a checkpoint and the model that loads it.
-std::vector<std::pair<std::string, std::string>> architecture_values(const nn::ModelConfig& config);
+std::vector<std::pair<std::string, std::string>> architecture_values(const nn::TransformerConfig& config);
 // "--hidden-size: checkpoint 64, this run 128" for every architecture value that differs or is missing.
-std::vector<std::string> architecture_differences(const nlohmann::json& saved_args, const nn::ModelConfig& config);
+std::vector<std::string> architecture_differences(const nlohmann::json& saved_args, const nn::TransformerConfig& config);
 // Model arguments rebuilt from a checkpoint's saved args (generate, convert_checkpoint).
 train::ModelArguments model_arguments_from_state(const nlohmann::json& state);
 

@@ -24,7 +24,7 @@
 
 #include "megatron/nn/parameter.h"
 
-namespace megatron::parallel {
+namespace megatron::distributed {
 
 struct BufferLayout {
   struct Entry {
@@ -75,4 +75,4 @@ class ParamAndGradBuffer {
   Tensor grads_, values_;
 };
 
-}  // namespace megatron::parallel
+}  // namespace megatron::distributed

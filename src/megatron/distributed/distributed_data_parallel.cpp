@@ -1,4 +1,4 @@
-#include "megatron/parallel/data_parallel.h"
+#include "megatron/distributed/distributed_data_parallel.h"
 
 #include <algorithm>
 #include <map>
@@ -8,7 +8,7 @@
 #include "megatron/runtime/cuda_stream.h"
 #endif
 
-namespace megatron::parallel {
+namespace megatron::distributed {
 
 #if MEGATRON_WITH_CUDA
 struct DistributedDataParallel::Streams {
@@ -127,4 +127,4 @@ void DistributedDataParallel::finish_grad_sync(Context& ctx) {
   reset_counts();
 }
 
-}  // namespace megatron::parallel
+}  // namespace megatron::distributed

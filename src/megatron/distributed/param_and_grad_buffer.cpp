@@ -1,10 +1,10 @@
-#include "megatron/parallel/param_and_grad_buffer.h"
+#include "megatron/distributed/param_and_grad_buffer.h"
 
 #include <numeric>
 
 #include "megatron/ops/elementwise/elementwise.h"
 
-namespace megatron::parallel {
+namespace megatron::distributed {
 namespace {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -101,4 +101,4 @@ std::pair<int64_t, int64_t> ParamAndGradBuffer::shard(size_t b, int rank) const 
 
 void ParamAndGradBuffer::zero_grads(Context& ctx) { ops::fill(ctx, grads_, 0.0); }
 
-}  // namespace megatron::parallel
+}  // namespace megatron::distributed
