@@ -8,15 +8,17 @@
 #include <cmath>
 
 #include "harness.h"
-#include "megatron/inference/cached_attention.h"
+#include "megatron/ops/attention/attention.h"
+#include "megatron/ops/attention/cached_attention.h"
 #include "megatron/inference/gpt_inference.h"
 #include "megatron/inference/sampler.h"
 #include "megatron/train/flags.h"
+#include "megatron/train/model_config.h"
 
 namespace megatron::inference {
 namespace {
 
-nn::ModelConfig config(bool llama, DType dtype) {
+nn::TransformerConfig config(bool llama, DType dtype) {
   std::vector<std::string> f = {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
                                 "--seq-length", "16", "--vocab-size", "200", "--init-method-std", "0.1",
                                 "--hidden-dropout", "0", "--attention-dropout", "0"};
@@ -25,7 +27,7 @@ nn::ModelConfig config(bool llama, DType dtype) {
                        "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--rotary-base",
                        "500"});
   train::Arguments a = train::parse_arguments(f);
-  return nn::make_model_config(a.model, dtype, 77);
+  return train::transformer_config(a.model, dtype, 77);
 }
 
 Tensor tokens_tensor(int64_t B, int64_t S, int64_t vocab) {
@@ -144,10 +146,10 @@ TEST(CachedAttentionGpu, MatchesCpu) {
     Tensor q = cpu.empty({B, S, H, D}, dt), k = cpu.empty({B, L, G, D}, dt), v = cpu.empty({B, L, G, D}, dt);
     testing::fill_random(q, 1), testing::fill_random(k, 2), testing::fill_random(v, 3);
     Tensor out = cpu.empty({B, S, H, D}, dt);
-    cached_attention(cpu, out, q, k, v, offset + S, offset);
+    ops::cached_attention(cpu, out, q, k, v, offset + S, offset);
     auto dev = [&](const Tensor& t) { return to_device(gpu, t, gpu.device(), cpu.allocator()); };
     Tensor out_gpu = gpu.empty({B, S, H, D}, dt);
-    cached_attention(gpu, out_gpu, dev(q), dev(k), dev(v), offset + S, offset);
+    ops::cached_attention(gpu, out_gpu, dev(q), dev(k), dev(v), offset + S, offset);
     const double e = testing::nmse(testing::to_doubles(gpu, out_gpu), testing::to_doubles(cpu, out));
     EXPECT_LT(e, dt == DType::F32 ? 1e-10 : 1e-4) << dtype_name(dt);
   }
