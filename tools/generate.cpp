@@ -100,15 +100,15 @@ int run(int argc, char** argv) {
   auto ctx = Context::create(cuda ? Device::cuda(0) : Device::cpu());
   const auto t0 = std::chrono::steady_clock::now();
   checkpoint::LoadedModel loaded = checkpoint::load_model(*ctx, f["--load"], cuda ? DType::BF16 : DType::F32);
-  const nn::ModelConfig& config = loaded.model->config();
+  const nn::TransformerConfig& config = loaded.model->config();
   for (int32_t id : prompt)
     MEGATRON_CHECK(id >= 0 && id < loaded.vocab_size, "prompt id ", id, " is outside the model's vocabulary of ",
                    loaded.vocab_size);
   int64_t max_length = int64_t(prompt.size()) + max_new;
-  if (config.position_embedding() == nn::PositionEmbedding::LearnedAbsolute)
-    max_length = std::min<int64_t>(max_length, config.args.max_position_embeddings);
+  if (config.position_embedding == nn::PositionEmbedding::LearnedAbsolute)
+    max_length = std::min<int64_t>(max_length, config.max_position_embeddings);
   MEGATRON_CHECK(int64_t(prompt.size()) < max_length, "the prompt (", prompt.size(),
-                 " tokens) leaves no room in the model's ", config.args.max_position_embeddings, " positions");
+                 " tokens) leaves no room in the model's ", config.max_position_embeddings, " positions");
   std::cerr << "loaded " << f["--load"] << " (iteration " << loaded.iteration << ", "
             << nn::count_elements(loaded.model->parameters()) << " parameters) on " << ctx->device() << " in "
             << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";

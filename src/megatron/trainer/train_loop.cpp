@@ -1,0 +1,125 @@
+#include "megatron/trainer/train_loop.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "megatron/train/flops.h"
+#include "megatron/train/log_line.h"
+
+namespace megatron::trainer {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double gib(double bytes) { return bytes / double(1ull << 30); }
+
+}  // namespace
+
+TrainLoop::TrainLoop(Context& ctx, const train::Arguments& args, Trainer& trainer, RunCheckpoints& checkpoints,
+                     RunStreams& streams, comm::Communicator& world)
+    : ctx_(ctx), args_(args), trainer_(trainer), checkpoints_(checkpoints), streams_(streams), world_(world),
+      last_rank_(world.rank() == world.size() - 1) {}
+
+int64_t TrainLoop::run(int64_t start_iteration) {
+  const train::TrainingArguments& t = args_.training;
+  int64_t last = start_iteration;
+  start_ = std::chrono::steady_clock::now();
+  ctx_.synchronize();
+  model_state_bytes_ = ctx_.allocator().stats().allocated_bytes;
+  ctx_.allocator().reset_peak_stats();  // the peak reported is the training steps' (not init's transients)
+  for (int64_t iteration = start_iteration + 1; iteration <= t.train_iters; ++iteration) {
+    last = iteration;
+    if (t.profile && iteration == t.profile_step_start) cuda_profiler_start();
+    if (t.profile && iteration == t.profile_step_end) cuda_profiler_stop();
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepResult r = trainer_.train_step(streams_.train, iteration);
+    ctx_.synchronize();
+    log(iteration, r, seconds_since(t0));
+    if (t.eval_iters > 0 && t.eval_interval > 0 && iteration % t.eval_interval == 0 && streams_.valid.available())
+      print_evaluation(str_cat("iteration ", iteration), trainer_.evaluate(streams_.valid));
+    checkpoints_.poll();
+    if (args_.checkpoint.save_interval > 0 && iteration % args_.checkpoint.save_interval == 0)
+      checkpoints_.save(iteration, streams_.train, streams_.valid);
+    if (should_exit(iteration)) break;
+  }
+  // A run that stops (end, --exit-interval, --exit-duration-in-mins) saves, as Megatron does; an asynchronous
+  // save finishes (and reports its errors) before the run ends.
+  if (last > start_iteration) checkpoints_.save(last, streams_.train, streams_.valid);
+  checkpoints_.finish();
+  if (t.eval_iters > 0 && streams_.test.available())
+    print_evaluation(str_cat("iteration ", last, " on test set"), trainer_.evaluate(streams_.test));
+  return last;
+}
+
+void TrainLoop::log(int64_t iteration, const StepResult& r, double seconds) {
+  const train::TrainingArguments& t = args_.training;
+  interval_loss_ += r.loss;
+  interval_seconds_ += seconds;
+  ++interval_iters_;
+  skipped_ += r.skipped;
+  nans_ += r.nan_loss;
+  if (r.grad_norm) last_grad_norm_ = r.grad_norm;
+  if (iteration % t.log_interval != 0 && iteration != t.train_iters) return;
+
+  const double per_iter = interval_seconds_ / double(interval_iters_);
+  train::IterationLog line;
+  line.iteration = iteration;
+  line.train_iters = t.train_iters;
+  line.consumed_samples = streams_.train.consumed();
+  line.seconds_per_iteration = per_iter;
+  line.tflops_per_gpu = train::tflops_per_gpu(args_, t.global_batch_size, per_iter);
+  line.tokens_per_second_per_gpu =
+      double(t.global_batch_size) * args_.model.seq_length / per_iter / double(world_.size());
+  line.learning_rate = r.learning_rate;
+  line.global_batch_size = t.global_batch_size;
+  line.lm_loss = interval_loss_ / double(interval_iters_);
+  line.loss_scale = trainer_.loss_scaler() ? trainer_.loss_scaler()->scale() : 1.0;
+  line.grad_norm = last_grad_norm_;
+  line.skipped_iterations = skipped_;
+  line.nan_iterations = nans_;
+  if (last_rank_) std::cout << train::format_log_line(line) << "\n" << std::flush;
+  interval_loss_ = interval_seconds_ = 0;
+  interval_iters_ = skipped_ = nans_ = 0;
+  print_memory_once(iteration);
+}
+
+void TrainLoop::print_memory_once(int64_t iteration) {
+  if (printed_memory_ || !ctx_.is_cuda()) return;
+  const AllocatorStats s = ctx_.allocator().stats();
+  const double peak = double(s.peak_allocated_bytes), state = double(model_state_bytes_);
+  std::cout << (world_.size() > 1 ? str_cat("[rank ", world_.rank(), "] ") : std::string()) << "[after iteration "
+            << iteration << "] memory (GiB): peak allocated " << gib(peak) << " | peak reserved "
+            << gib(double(s.peak_reserved_bytes)) << " | model state " << gib(state)
+            << " | peak activations (peak allocated - model state) " << gib(peak - state) << "\n";
+  printed_memory_ = true;
+}
+
+// Megatron's evaluation block: the loss and its perplexity between two rules.
+void TrainLoop::print_evaluation(const std::string& where, double loss) const {
+  if (!last_rank_) return;
+  const std::string line = str_cat(" validation loss at ", where, " | lm loss value: ");
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.6E | lm loss PPL: %.6E | ", loss, std::exp(std::min(20.0, loss)));
+  const std::string rule(line.size() + std::string(buf).size(), '-');
+  std::cout << rule << "\n" << line << buf << "\n" << rule << "\n" << std::flush;
+}
+
+bool TrainLoop::should_exit(int64_t iteration) {
+  const train::TrainingArguments& t = args_.training;
+  if (t.exit_interval > 0 && iteration % t.exit_interval == 0) {
+    if (last_rank_) std::cout << "exiting at iteration " << iteration << " (--exit-interval " << t.exit_interval << ")\n";
+    return true;
+  }
+  if (t.exit_duration_in_mins <= 0) return false;
+  double minutes[1] = {seconds_since(start_) / 60};
+  world_.all_reduce_host(minutes, comm::ReduceOp::Max);  // every rank stops at the same iteration
+  if (minutes[0] < t.exit_duration_in_mins) return false;
+  if (last_rank_)
+    std::cout << "exiting at iteration " << iteration << " after " << minutes[0] << " minutes (--exit-duration-in-mins)\n";
+  return true;
+}
+
+}  // namespace megatron::trainer
