@@ -107,8 +107,15 @@ struct HeadSaved {
   Tensor dlogits;       // [T, V / TP]: the loss gradient's logits gradient (training only)
 };
 
-// One micro-batch's activations in a stage; move-only in practice (it owns its tensors' lifetimes).
+// One micro-batch's activations in a stage. Move-only: it is consumed by exactly one backward (a copy would
+// let a second backward accumulate the same gradients again).
 struct StageSaved {
+  StageSaved() = default;
+  StageSaved(StageSaved&&) = default;
+  StageSaved& operator=(StageSaved&&) = default;
+  StageSaved(const StageSaved&) = delete;
+  StageSaved& operator=(const StageSaved&) = delete;
+
   int64_t batch = 0, seq = 0;
   std::optional<EmbeddingSaved> embedding;     // first stage
   std::vector<TransformerLayerSaved> layers;   // one per layer of the stage, in order
