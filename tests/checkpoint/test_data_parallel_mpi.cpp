@@ -1,4 +1,4 @@
-// Checkpoints of data-parallel runs, under `mpiexec -np 4` on CPU ranks (issue 7): every rank writes its own
+// Checkpoints of data-parallel runs, under `mpiexec -np 4` on CPU ranks: every rank writes its own
 // pieces and rank 0 publishes. A tiny bf16 GPT (fp32 masters, hidden dropout on) trained at a layout and
 // saved at iteration k, then resumed at the same layout, continues with the uninterrupted run's losses and
 // gradient norms bit for bit -- replicated optimizer (writes spread over the DP ranks), distributed optimizer

@@ -1,4 +1,4 @@
-// Checkpoints of tensor-parallel runs, under `mpiexec -np 4` on CPU ranks (issue 7's acceptance: "save at
+// Checkpoints of tensor-parallel runs, under `mpiexec -np 4` on CPU ranks ("save at
 // TP=2 x DP=2 and load at TP=1 x DP=1 (and back) gives identical outputs"). Two tiny fp32 models with GQA and a
 // vocabulary (4099) not divisible by TP: GPT-style (biases, learned positions, tied, hidden dropout on) trained at
 // TP=2 x DP=2 with the distributed optimizer and overlapped multi-bucket reduction and gathers, and

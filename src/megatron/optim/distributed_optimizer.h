@@ -49,7 +49,7 @@ class DistributedOptimizer {
   const AdamW& adamw() const { return *adamw_; }
   AdamW& adamw() { return *adamw_; }
   // What entry i of adamw() holds: elements [begin, end) of the flattened `param` (checkpoints save the
-  // masters and moments as these ranges; issue 7).
+  // masters and moments as these ranges).
   struct ParamRange {
     const nn::Parameter* param = nullptr;
     int64_t begin = 0, end = 0;

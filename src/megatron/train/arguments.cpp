@@ -132,12 +132,11 @@ std::vector<std::string> constraint_violations(const Arguments& a) {
        p.distributed_timeout_minutes, ")");
   need(p.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0 (got ", p.ddp_bucket_size, ")");
 
-  // --- checkpoints (issue 7)
+  // Checkpoints.
   const CheckpointArguments& c = a.checkpoint;
   need(c.save_interval >= 0, "--save-interval must not be negative (got ", c.save_interval, ")");
   need(c.keep_last >= 0, "--keep-last must not be negative (got ", c.keep_last, ")");
   need(c.save_interval == 0 || !c.save.empty(), "--save-interval ", c.save_interval, " needs --save");
-  // --- end checkpoints
 
   const DataArguments& d = a.data;
   need(d.mock_data || !d.data_path.empty(), "either --data-path or --mock-data is required");

@@ -307,7 +307,7 @@ std::string flags_help() {
   return os.str();
 }
 
-// --- checkpoints (issue 7)
+// Checkpoints: arguments as (key, value) pairs and back.
 namespace {
 std::string flag_key(const std::string& flag_name) {
   std::string key = flag_name.substr(2);
@@ -347,7 +347,6 @@ std::vector<std::string> flags_for_values(const std::vector<std::pair<std::strin
     }
   return argv;
 }
-// --- end checkpoints
 
 std::string describe_arguments(const Arguments& args) {
   std::vector<std::pair<std::string, std::string>> rows = argument_values(args);
