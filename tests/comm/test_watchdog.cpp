@@ -67,7 +67,7 @@ TEST(Watchdog, SkippedCollectiveEndsTheJobWithAReport) {
 }
 
 TEST(Watchdog, UnmatchedReceiveEndsTheJobWithAReport) {
-  JobResult r = run_job(3, "0.05 p2p");
+  JobResult r = run_job(3, "0.05 p2p warm");
   expect_watchdog_report(r, 3, 3.0, "batch_send_recv on group 'dp'", "recv 1000 f32 elements (4000 bytes) from rank 0");
   EXPECT_NE(r.output.find("did not post the matching send or receive"), std::string::npos) << r.output;
 }
@@ -78,10 +78,15 @@ TEST(WatchdogGpu, SkippedNcclCollectiveEndsTheJobWithAReport) {
   expect_watchdog_report(r, 2, 6.0);
 }
 
+// The first batch between two ranks connects them inside ncclGroupEnd (the host waits there); later ones
+// hang on the GPU. Both must end in the report.
 TEST(WatchdogGpu, UnmatchedNcclReceiveEndsTheJobWithAReport) {
   if (!megatron::cuda_backend_compiled() || megatron::cuda_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
-  JobResult r = run_job(2, "0.1 nccl p2p");
-  expect_watchdog_report(r, 2, 6.0, "batch_send_recv on group 'dp'", "recv 1000 f32 elements (4000 bytes) from rank 0");
+  for (const char* args : {"0.1 nccl p2p", "0.1 nccl p2p warm"}) {
+    JobResult r = run_job(2, args);
+    SCOPED_TRACE(args);
+    expect_watchdog_report(r, 2, 6.0, "batch_send_recv on group 'dp'", "recv 1000 f32 elements (4000 bytes) from rank 0");
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -105,6 +106,17 @@ class Watchdog {
     pending_.push_back(Pending{event, Clock::now(), op, sizes});
   }
 
+  // The host is in a call that can block until the peers take part (ncclGroupEnd connects point-to-point
+  // peers the first time they meet): watched like an operation on the stream until host_exit().
+  void host_enter(const char* op, const std::string& sizes) {
+    std::lock_guard lock(mutex_);
+    host_ = Pending{nullptr, Clock::now(), op, sizes};
+  }
+  void host_exit() {
+    std::lock_guard lock(mutex_);
+    host_.reset();
+  }
+
  private:
   struct Pending {
     cudaEvent_t event;
@@ -124,10 +136,10 @@ class Watchdog {
         pending_.pop_front();
       }
       (void)cudaGetLastError();  // cudaErrorNotReady is sticky-free but keep the error state clean
-      if (!pending_.empty()) {
-        const std::chrono::duration<double> waited = Clock::now() - pending_.front().issued;
-        if (waited >= owner_->timeout())
-          fail(detail::timeout_report(*owner_, pending_.front().op, pending_.front().sizes, waited, world_rank_));
+      for (const Pending* p : {pending_.empty() ? nullptr : &pending_.front(), host_ ? &*host_ : nullptr}) {
+        if (p == nullptr) continue;
+        const std::chrono::duration<double> waited = Clock::now() - p->issued;
+        if (waited >= owner_->timeout()) fail(detail::timeout_report(*owner_, p->op, p->sizes, waited, world_rank_));
       }
       ncclResult_t async = ncclSuccess;
       if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
@@ -157,6 +169,7 @@ class Watchdog {
   std::condition_variable wake_;
   bool stop_ = false;
   std::deque<Pending> pending_;
+  std::optional<Pending> host_;
   std::vector<cudaEvent_t> free_;
   std::thread thread_;
 };
@@ -366,6 +379,13 @@ PendingP2P NcclCommunicator::batch_send_recv(std::span<const P2POp> ops, StreamH
   CUDA_CHECK(cudaSetDevice(state_->device));
   CUDA_CHECK(cudaEventCreateWithFlags(&batch->done, cudaEventDisableTiming));
   begin(stream);
+  // Watched on the host until the group is queued: the first batch with a peer connects to it inside
+  // ncclGroupEnd, which waits there for a peer that never comes.
+  struct HostWatch {
+    Watchdog& watchdog;
+    ~HostWatch() { watchdog.host_exit(); }
+  } host_watch{state_->watchdog};
+  state_->watchdog.host_enter("batch_send_recv", what);
   NCCL_CHECK_MSG(state_->comm, ncclGroupStart(), " (batch_send_recv on ", describe(), ")");
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
