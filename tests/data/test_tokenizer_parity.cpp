@@ -19,7 +19,7 @@
 #include "harness.h"
 #include "megatron/core/error.h"
 #include "megatron/data/tokenizers/tokenizer.h"
-#include "megatron/data/tokenizers/utf8.h"
+#include "megatron/data/utf8.h"
 
 namespace megatron::data {
 namespace {
@@ -201,19 +201,6 @@ TEST(TokenizerBasics, NullTokenizer) {
   EXPECT_EQ(t->eod(), 100);
   EXPECT_THROW(t->encode("1 x 2"), Error);
   EXPECT_THROW(t->encode("101"), Error);
-}
-
-TEST(TokenizerBasics, Utf8SanitizeMatchesPythonReplace) {
-  // Expected values from bytes.decode("utf-8", errors="replace").encode().
-  const std::string r = "\xEF\xBF\xBD";
-  EXPECT_EQ(sanitize_utf8("a\xFF" "b"), "a" + r + "b");
-  EXPECT_EQ(sanitize_utf8("\xE2\x82"), r);
-  EXPECT_EQ(sanitize_utf8("\xF0\x9F\x98" "x"), r + "x");
-  EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), r + r + r);
-  EXPECT_EQ(sanitize_utf8("\xC0\xAF"), r + r);
-  EXPECT_EQ(sanitize_utf8("\xE0\x80\x80"), r + r + r);
-  EXPECT_EQ(sanitize_utf8("\xF4\x90\x80\x80"), r + r + r + r);
-  EXPECT_EQ(sanitize_utf8("ok \xC3\xA9"), "ok \xC3\xA9");
 }
 
 TEST(TokenizerBasics, ErrorsNameTheFileAndJsonPath) {

@@ -3,7 +3,7 @@
 #include <sentencepiece_processor.h>
 
 #include "megatron/core/error.h"
-#include "megatron/data/tokenizers/utf8.h"
+#include "megatron/data/utf8.h"
 
 namespace megatron::data {
 
