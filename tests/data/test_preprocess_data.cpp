@@ -149,7 +149,7 @@ class PreprocessData : public ::testing::Test {
     fs::remove_all(*dir_);
     fs::create_directories(*dir_);
     write_file(*dir_ / "corpus.jsonl", jsonl(corpus_lines(1500, 7)));
-    const std::string cmd = "python3 " + (fs::path(__FILE__).parent_path() / "preprocess" / "make_bpe.py").string() +
+    const std::string cmd = "python3 " + (fs::path(MEGATRON_TESTS_SOURCE_DIR) / "data" / "preprocess" / "make_bpe.py").string() +
                             " " + dir_->string() + " " + (*dir_ / "corpus.jsonl").string() + " 600 text title";
     const RunResult r = run(cmd);
     if (r.rc != 0) setup_error_ = new std::string("python reference failed (python3 + the tokenizers package are "

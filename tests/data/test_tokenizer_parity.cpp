@@ -98,7 +98,7 @@ std::string to_hex(std::string_view s) {
   return out;
 }
 
-fs::path script_dir() { return fs::path(__FILE__).parent_path() / "tokenizers"; }
+fs::path script_dir() { return fs::path(MEGATRON_TESTS_SOURCE_DIR) / "data" / "tokenizers"; }
 
 using ::megatron::testing::make_temp_dir;
 
