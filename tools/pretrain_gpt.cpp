@@ -24,9 +24,7 @@
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
 #endif
-#if MEGATRON_WITH_TOKENIZERS
 #include "megatron/data/tokenizers/tokenizer.h"
-#endif
 #include "megatron/checkpoint/checkpoint_dir.h"
 #include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/nn/gpt_model.h"
@@ -81,7 +79,6 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
 
   // The tokenizer decides the vocabulary (unless --vocab-size is given with mock data).
   int64_t eod = -1;
-#if MEGATRON_WITH_TOKENIZERS
   std::unique_ptr<data::Tokenizer> tokenizer;
   if (!args.data.tokenizer_type.empty()) {
     data::TokenizerConfig tc;
@@ -94,10 +91,6 @@ int run(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
     args.model.vocab_size = int(tokenizer->vocab_size());
     eod = tokenizer->eod();
   }
-#else
-  MEGATRON_CHECK(args.data.tokenizer_type.empty(), "--tokenizer-type ", args.data.tokenizer_type,
-                 ": this build has no tokenizers (PCRE2 was not found at configure time)");
-#endif
   train::resolve_and_validate(args);
   if (eod < 0) eod = args.model.vocab_size - 1;
 
