@@ -453,35 +453,30 @@ TEST(Communicator, SelfCommunicatorIsAGroupOfOne) {
   check_batch_errors(e);  // an empty batch is a no-op, any op is refused
 }
 
-TEST(Communicator, MpiBatchRingExchangeBothDirections) {
-  Env e{*testing::mpi_world(), testing::cpu_context()};
-  check_batch_ring(e);
-}
+// The point-to-point checks, each a test of its own on MPI (suite CommunicatorP2P) and on NCCL
+// (CommunicatorGpuP2P).
+struct P2PCase {
+  const char* name;
+  void (*check)(Env&);
+};
+const P2PCase kP2PCases[] = {
+    {"RingExchangeBothDirections", check_batch_ring},
+    {"BothRanksSendFirst", check_batch_both_send_first},
+    {"SamePeerMessagesArriveInOrder", check_batch_same_peer_order},
+    {"AsynchronousUseKeepsTensorsAlive", check_batch_async},
+    {"DoneAndDestructionComplete", check_batch_done_and_destroy},
+    {"RefusesBadOps", check_batch_errors},
+};
+std::string p2p_case_name(const ::testing::TestParamInfo<P2PCase>& info) { return info.param.name; }
+void PrintTo(const P2PCase& c, std::ostream* os) { *os << c.name; }
 
-TEST(Communicator, MpiBatchBothRanksSendFirst) {
-  Env e{*testing::mpi_world(), testing::cpu_context()};
-  check_batch_both_send_first(e);
-}
+class CommunicatorP2P : public ::testing::TestWithParam<P2PCase> {};
 
-TEST(Communicator, MpiBatchSamePeerMessagesArriveInOrder) {
+TEST_P(CommunicatorP2P, Mpi) {
   Env e{*testing::mpi_world(), testing::cpu_context()};
-  check_batch_same_peer_order(e);
+  GetParam().check(e);
 }
-
-TEST(Communicator, MpiBatchAsynchronousUseKeepsTensorsAlive) {
-  Env e{*testing::mpi_world(), testing::cpu_context()};
-  check_batch_async(e);
-}
-
-TEST(Communicator, MpiBatchDoneAndDestructionComplete) {
-  Env e{*testing::mpi_world(), testing::cpu_context()};
-  check_batch_done_and_destroy(e);
-}
-
-TEST(Communicator, MpiBatchRefusesBadOps) {
-  Env e{*testing::mpi_world(), testing::cpu_context()};
-  check_batch_errors(e);
-}
+INSTANTIATE_TEST_SUITE_P(Batch, CommunicatorP2P, ::testing::ValuesIn(kP2PCases), p2p_case_name);
 
 TEST(Communicator, TimeoutFromMinutes) {
   EXPECT_EQ(timeout_from_minutes(0.05).count(), 3000);
@@ -519,35 +514,13 @@ TEST_F(CommunicatorGpu, NcclCollectivesMatchDirectComputation) {
   run_all_checks(e);
 }
 
-TEST_F(CommunicatorGpu, NcclBatchRingExchangeBothDirections) {
-  Env e{*nccl_, *ctx_};
-  check_batch_ring(e);
-}
+class CommunicatorGpuP2P : public CommunicatorGpu, public ::testing::WithParamInterface<P2PCase> {};
 
-TEST_F(CommunicatorGpu, NcclBatchBothRanksSendFirst) {
+TEST_P(CommunicatorGpuP2P, Nccl) {
   Env e{*nccl_, *ctx_};
-  check_batch_both_send_first(e);
+  GetParam().check(e);
 }
-
-TEST_F(CommunicatorGpu, NcclBatchSamePeerMessagesArriveInOrder) {
-  Env e{*nccl_, *ctx_};
-  check_batch_same_peer_order(e);
-}
-
-TEST_F(CommunicatorGpu, NcclBatchAsynchronousUseKeepsTensorsAlive) {
-  Env e{*nccl_, *ctx_};
-  check_batch_async(e);
-}
-
-TEST_F(CommunicatorGpu, NcclBatchDoneAndDestructionComplete) {
-  Env e{*nccl_, *ctx_};
-  check_batch_done_and_destroy(e);
-}
-
-TEST_F(CommunicatorGpu, NcclBatchRefusesBadOps) {
-  Env e{*nccl_, *ctx_};
-  check_batch_errors(e);
-}
+INSTANTIATE_TEST_SUITE_P(Batch, CommunicatorGpuP2P, ::testing::ValuesIn(kP2PCases), p2p_case_name);
 
 // Waited for on a stream other than the start stream: work queued on that stream afterwards sees the
 // data (the sent tensor, dropped by the caller, is kept until the GPU has finished); the host form

@@ -70,7 +70,8 @@ int checked_int(int64_t count, const char* op, const Communicator& comm, const s
 }
 
 // What a watched wait needs to report a timeout; a copy, so a pending batch does not depend on the
-// MpiCommunicator object (MPI keeps a freed communicator alive until its requests complete).
+// MpiCommunicator object (MPI keeps a freed communicator's requests going until they complete; a batch
+// therefore aborts MPI_COMM_WORLD, not its communicator's handle).
 struct Watch {
   std::string group;  // Communicator::describe()
   std::chrono::milliseconds timeout;
@@ -118,7 +119,8 @@ class MpiBatch final : public PendingP2P::Engine {
  public:
   MpiBatch(Watch watch, std::string what) : watch_(std::move(watch)), what_(std::move(what)) {}
 
-  void post(size_t index, const P2POp& op) {
+  // Posts op number `index` of the batch on `comm`.
+  void post(size_t index, const P2POp& op, MPI_Comm comm) {
     tensors_.push_back(op.tensor);
     char* base = static_cast<char*>(op.tensor.data_ptr());
     const int64_t bytes = int64_t(op.tensor.nbytes());
@@ -126,10 +128,10 @@ class MpiBatch final : public PendingP2P::Engine {
       const int count = int(std::min(kP2PPieceBytes, bytes - begin));
       MPI_Request request = MPI_REQUEST_NULL;
       if (op.kind == P2POp::Kind::Send)
-        MPI_CHECK_MSG(MPI_Isend(base + begin, count, MPI_BYTE, op.peer, kP2PTag, watch_.comm, &request),
+        MPI_CHECK_MSG(MPI_Isend(base + begin, count, MPI_BYTE, op.peer, kP2PTag, comm, &request),
                       " (batch_send_recv on ", watch_.group, ", op ", index, ": ", detail::describe_p2p_op(op), ")");
       else
-        MPI_CHECK_MSG(MPI_Irecv(base + begin, count, MPI_BYTE, op.peer, kP2PTag, watch_.comm, &request),
+        MPI_CHECK_MSG(MPI_Irecv(base + begin, count, MPI_BYTE, op.peer, kP2PTag, comm, &request),
                       " (batch_send_recv on ", watch_.group, ", op ", index, ": ", detail::describe_p2p_op(op), ")");
       requests_.push_back(request);
       pieces_.push_back(Piece{index, op.kind == P2POp::Kind::Recv ? count : -1, detail::describe_p2p_op(op)});
@@ -322,8 +324,8 @@ void MpiCommunicator::broadcast(const Tensor& t, int root, StreamHandle) {
 PendingP2P MpiCommunicator::batch_send_recv(std::span<const P2POp> ops, StreamHandle stream) {
   if (ops.empty()) return {};
   std::string what = detail::check_p2p(*this, ops);
-  auto batch = std::make_unique<MpiBatch>(Watch{describe(), timeout_, world_rank_, state_->comm}, std::move(what));
-  for (size_t i = 0; i < ops.size(); ++i) batch->post(i, ops[i]);
+  auto batch = std::make_unique<MpiBatch>(Watch{describe(), timeout_, world_rank_, MPI_COMM_WORLD}, std::move(what));
+  for (size_t i = 0; i < ops.size(); ++i) batch->post(i, ops[i], state_->comm);
   return PendingP2P(std::move(batch), stream);
 }
 
