@@ -7,17 +7,15 @@
 //
 // The prompt is encoded, run through the model once (prefill), then one token per step with the key/value
 // cache; sampling per inference/sampler.h; generation stops at --max-new-tokens or at the tokenizer's
-// end-of-document token. Without a tokenizer (builds without PCRE2), --prompt-ids "1 2 3" gives the prompt as
-// ids and the output is ids. On CUDA the model runs in bf16 (its fused attention needs it), on the CPU in fp32.
+// end-of-document token. Without --tokenizer-type, --prompt-ids "1 2 3" gives the prompt as ids and the
+// output is ids. On CUDA the model runs in bf16 (its fused attention needs it), on the CPU in fp32.
 #include <chrono>
 #include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
 
-#if MEGATRON_WITH_TOKENIZERS
 #include "megatron/data/tokenizers/tokenizer.h"
-#endif
 #include "megatron/checkpoint/model_loader.h"
 #include "megatron/core/error.h"
 #include "megatron/inference/gpt_inference.h"
@@ -70,7 +68,6 @@ int run(int argc, char** argv) {
   // Prompt ids.
   std::vector<int32_t> prompt;
   int32_t eod = -1;
-#if MEGATRON_WITH_TOKENIZERS
   std::unique_ptr<data::Tokenizer> tokenizer;
   if (f.count("--tokenizer-type")) {
     data::TokenizerConfig tc;
@@ -86,9 +83,6 @@ int run(int argc, char** argv) {
     MEGATRON_CHECK(tokenizer != nullptr, "--prompt needs --tokenizer-type (and its files)");
     prompt = tokenizer->encode(f["--prompt"]);
   }
-#else
-  MEGATRON_CHECK(!f.count("--prompt"), "--prompt needs a build with tokenizers (PCRE2); use --prompt-ids");
-#endif
   if (f.count("--prompt-ids")) {
     std::istringstream in(f["--prompt-ids"]);
     for (int64_t id; in >> id;) prompt.push_back(int32_t(id));
@@ -136,14 +130,11 @@ int run(int argc, char** argv) {
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count();
     if (samples > 1) std::cout << "--- sample " << sample + 1 << " ---\n";
-#if MEGATRON_WITH_TOKENIZERS
     if (tokenizer) {
       std::vector<int32_t> all = prompt;
       all.insert(all.end(), generated.begin(), generated.end());
       std::cout << tokenizer->decode(all) << "\n";
-    } else
-#endif
-    {
+    } else {
       for (int32_t id : generated) std::cout << id << " ";
       std::cout << "\n";
     }

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "megatron/checkpoint/hf_convert.h"
+#include "megatron/checkpoint/sharded_tensor.h"
 #include "megatron/core/error.h"
 
 namespace megatron::checkpoint {
@@ -74,12 +75,6 @@ bool all_zero(const HostTensor& t) {
   for (std::byte b : t.bytes)
     if (b != std::byte{0}) return false;
   return true;
-}
-
-std::string dims_text(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
 }
 
 // Takes tensors out of a map, remembering which were used, and checks shapes.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "megatron/checkpoint/sharded_tensor.h"
 #include "megatron/core/error.h"
 #include "megatron/nn/parameter_shard.h"
 #include "megatron/ops/elementwise/elementwise.h"
@@ -106,12 +107,6 @@ int64_t product(const std::vector<int64_t>& v) {
   int64_t n = 1;
   for (int64_t x : v) n *= x;
   return n;
-}
-
-std::string dims_text(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
 }
 
 // A parameter's local tensor as box pieces of the whole parameter (its placement), checked against the local

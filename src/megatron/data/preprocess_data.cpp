@@ -17,6 +17,7 @@
 #include "megatron/core/error.h"
 #include "megatron/data/json_fields.h"
 #include "megatron/data/jsonl_reader.h"
+#include "megatron/data/utf8.h"
 
 namespace megatron::data {
 namespace {
@@ -48,7 +49,7 @@ std::string snippet(std::string_view line) {
       continue;
     }
     size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-    if (c < 0xC2 || i + len > head.size() || !is_well_formed_utf8(head.substr(i, len))) {
+    if (c < 0xC2 || i + len > head.size() || !is_valid_utf8(head.substr(i, len))) {
       hex(c);
       ++i;
       continue;

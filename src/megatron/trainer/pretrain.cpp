@@ -7,9 +7,7 @@
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
 #endif
-#if MEGATRON_WITH_TOKENIZERS
 #include "megatron/data/tokenizers/tokenizer.h"
-#endif
 #include "megatron/parallel/parallel_context.h"
 #include "megatron/train/flags.h"
 #include "megatron/train/model_config.h"
@@ -21,10 +19,10 @@ namespace {
 std::string gib(double bytes) { return str_cat(bytes / double(1ull << 30), " GiB"); }
 
 // The tokenizer decides the vocabulary (unless --vocab-size is given with mock data); returns the
-// end-of-document token (the last id when there is no tokenizer).
+// end-of-document token (the last id when there is no tokenizer). A tokenizer type this build lacks (no PCRE2,
+// no sentencepiece) is refused by the factory, naming the missing library.
 int64_t configure_vocabulary(train::Arguments& args) {
   int64_t eod = -1;
-#if MEGATRON_WITH_TOKENIZERS
   if (!args.data.tokenizer_type.empty()) {
     data::TokenizerConfig tc;
     tc.type = args.data.tokenizer_type;
@@ -36,10 +34,6 @@ int64_t configure_vocabulary(train::Arguments& args) {
     args.model.vocab_size = int(tokenizer->vocab_size());
     eod = tokenizer->eod();
   }
-#else
-  MEGATRON_CHECK(args.data.tokenizer_type.empty(), "--tokenizer-type ", args.data.tokenizer_type,
-                 ": this build has no tokenizers (PCRE2 was not found at configure time)");
-#endif
   train::resolve_and_validate(args);
   return eod >= 0 ? eod : args.model.vocab_size - 1;
 }
