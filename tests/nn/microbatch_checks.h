@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "model_batches.h"
 #include "megatron/nn/gpt_model.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/train/model_config.h"
@@ -48,22 +49,10 @@ inline train::ModelArguments llama_args() {
   return a;
 }
 
-struct Batch {
-  Tensor tokens, labels, mask;
-};
+using Batch = testing::ModelBatch;
 
-// Random tokens and labels in [0, vocab) and a mask with zeros, from `seed` alone (so every rank makes the same).
 inline Batch make_batch(Context& ctx, int64_t b, int64_t s, int64_t vocab, uint64_t seed) {
-  Batch batch{ctx.empty({b, s}, DType::I64), ctx.empty({b, s}, DType::I64), ctx.empty({b, s}, DType::F32)};
-  Tensor u = ctx.empty({3, b * s}, DType::F64);
-  testing::fill_random(u, seed, 0.0, 1.0);
-  const double* r = u.data<double>();
-  for (int64_t i = 0; i < b * s; ++i) {
-    batch.tokens.data<int64_t>()[i] = std::min<int64_t>(vocab - 1, int64_t(r[i] * double(vocab)));
-    batch.labels.data<int64_t>()[i] = std::min<int64_t>(vocab - 1, int64_t(r[b * s + i] * double(vocab)));
-    batch.mask.data<float>()[i] = (r[2 * b * s + i] < 0.2 && i != 0) ? 0.0f : 1.0f;
-  }
-  return batch;
+  return testing::make_model_batch(ctx, b, s, vocab, seed);
 }
 
 inline StageInput input_of(const Batch& b) { return {.tokens = b.tokens, .labels = b.labels, .loss_mask = b.mask}; }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "model_batches.h"
 #include "megatron/nn/attention.h"
 #include "megatron/nn/gpt_model.h"
 #include "megatron/ops/elementwise/elementwise.h"
@@ -78,23 +79,11 @@ train::ModelArguments config_d() {
   return a;
 }
 
-struct Batch {
-  Tensor tokens, labels, mask;
-};
+using Batch = testing::ModelBatch;
 
 // Random tokens/labels in [0, vocab) and a loss mask with some zeros, on the CPU.
 Batch make_batch(int64_t b, int64_t s, int64_t vocab, uint64_t seed) {
-  Context& ctx = cpu_context();
-  Batch batch{ctx.empty({b, s}, DType::I64), ctx.empty({b, s}, DType::I64), ctx.empty({b, s}, DType::F32)};
-  Tensor u = ctx.empty({3, b * s}, DType::F64);
-  testing::fill_random(u, seed, 0.0, 1.0);
-  const double* r = u.data<double>();
-  for (int64_t i = 0; i < b * s; ++i) {
-    batch.tokens.data<int64_t>()[i] = std::min<int64_t>(vocab - 1, int64_t(r[i] * double(vocab)));
-    batch.labels.data<int64_t>()[i] = std::min<int64_t>(vocab - 1, int64_t(r[b * s + i] * double(vocab)));
-    batch.mask.data<float>()[i] = (r[2 * b * s + i] < 0.25 && i != 0) ? 0.0f : 1.0f;
-  }
-  return batch;
+  return testing::make_model_batch(cpu_context(), b, s, vocab, seed);
 }
 
 Tensor to_ctx(Context& ctx, const Tensor& host) {

@@ -21,6 +21,7 @@
 #include <map>
 
 #include "harness.h"
+#include "model_batches.h"
 #include "megatron/distributed/finalize_model_grads.h"
 #include "megatron/nn/column_parallel_linear.h"
 #include "megatron/nn/gpt_model.h"
@@ -69,20 +70,9 @@ train::ModelArguments llama_args() {
   return a;
 }
 
-struct Batch {
-  Tensor tokens, labels, mask;
-};
+using Batch = testing::ModelBatch;
 Batch make_batch(Context& ctx, int64_t b, int64_t s, int64_t vocab) {
-  Batch batch{ctx.empty({b, s}, DType::I64), ctx.empty({b, s}, DType::I64), ctx.empty({b, s}, DType::F32)};
-  Tensor u = ctx.empty({3, b * s}, DType::F64);
-  testing::fill_random(u, testing::seed_from("tp batch"), 0.0, 1.0);
-  const double* r = u.data<double>();
-  for (int64_t i = 0; i < b * s; ++i) {
-    batch.tokens.data<int64_t>()[i] = std::min<int64_t>(vocab - 1, int64_t(r[i] * double(vocab)));
-    batch.labels.data<int64_t>()[i] = std::min<int64_t>(vocab - 1, int64_t(r[b * s + i] * double(vocab)));
-    batch.mask.data<float>()[i] = (r[2 * b * s + i] < 0.25 && i != 0) ? 0.0f : 1.0f;
-  }
-  return batch;
+  return testing::make_model_batch(ctx, b, s, vocab, testing::seed_from("tp batch"));
 }
 
 // Random values of a useful size for every parameter, drawn by whole-tensor index (so every layout draws the
