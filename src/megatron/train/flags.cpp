@@ -85,15 +85,18 @@ FlagSpec flag(std::string name, Group Arguments::*group, T Group::*field, std::s
   return f;
 }
 
-const std::vector<FlagSpec>& flag_table() {
-  using A = Arguments;
-  using M = ModelArguments;
-  using T = TrainingArguments;
-  using P = ParallelArguments;
-  using D = DataArguments;
-  using C = CheckpointArguments;
-  static const std::vector<FlagSpec> table = {
-      // model
+// The flags by group, in the order --help lists them. Each group is its own function so the table stays
+// readable as flags are added.
+using A = Arguments;
+using M = ModelArguments;
+using T = TrainingArguments;
+using P = ParallelArguments;
+using D = DataArguments;
+using C = CheckpointArguments;
+
+// The model architecture.
+std::vector<FlagSpec> model_flags() {
+  return {
       flag("--num-layers", &A::model, &M::num_layers, "transformer layers"),
       flag("--hidden-size", &A::model, &M::hidden_size, "model width h"),
       flag("--num-attention-heads", &A::model, &M::num_attention_heads, "attention heads"),
@@ -118,7 +121,12 @@ const std::vector<FlagSpec>& flag_table() {
       flag("--init-method-std", &A::model, &M::init_method_std, "std of the normal initialisation"),
       flag("--make-vocab-size-divisible-by", &A::model, &M::make_vocab_size_divisible_by, "vocab padding multiple (x TP)"),
       flag("--vocab-size", &A::model, &M::vocab_size, "vocabulary size (mock data / NullTokenizer)"),
-      // training
+  };
+}
+
+// Optimisation, precision, logging, evaluation, exits.
+std::vector<FlagSpec> training_flags() {
+  return {
       flag("--micro-batch-size", &A::training, &T::micro_batch_size, "samples per micro-batch"),
       flag("--global-batch-size", &A::training, &T::global_batch_size, "samples per iteration (all ranks)"),
       flag("--train-iters", &A::training, &T::train_iters, "iterations to train"),
@@ -152,7 +160,12 @@ const std::vector<FlagSpec>& flag_table() {
            "mark iterations for an external profiler (cudaProfilerStart/Stop; e.g. ncu --profile-from-start off)"),
       flag("--profile-step-start", &A::training, &T::profile_step_start, "first profiled iteration"),
       flag("--profile-step-end", &A::training, &T::profile_step_end, "profiling stops before this iteration"),
-      // parallelism
+  };
+}
+
+// The parallel layout and data-parallel options.
+std::vector<FlagSpec> parallel_flags() {
+  return {
       flag("--tensor-model-parallel-size", &A::parallel, &P::tensor_model_parallel_size,
            "TP: split attention heads (whole query groups), MLP columns and the vocabulary over N adjacent ranks"),
       flag("--pipeline-model-parallel-size", &A::parallel, &P::pipeline_model_parallel_size, "PP (not implemented yet)"),
@@ -173,7 +186,12 @@ const std::vector<FlagSpec>& flag_table() {
            "a collective waiting longer reports the rank, group and sizes and ends the run (fractions allowed)"),
       flag("--distributed-backend", &A::parallel, &P::distributed_backend,
            "collectives of GPU ranks (CPU ranks always use MPI; gloo is taken to mean MPI)", {"nccl", "mpi", "gloo"}),
-      // data
+  };
+}
+
+// Datasets and tokenizers.
+std::vector<FlagSpec> data_flags() {
+  return {
       flag("--data-path", &A::data, &D::data_path, "[weight] prefix pairs"),
       flag("--split", &A::data, &D::split, "train,valid,test proportions"),
       flag("--mock-data", &A::data, &D::mock_data, "synthetic data"),
@@ -183,7 +201,12 @@ const std::vector<FlagSpec>& flag_table() {
       flag("--merge-file", &A::data, &D::merge_file, "merges.txt"),
       flag("--tokenizer-model", &A::data, &D::tokenizer_model, "tokenizer model file"),
       flag("--data-cache-path", &A::data, &D::data_cache_path, "where dataset indices are cached"),
-      // checkpoints
+  };
+}
+
+// Checkpoints.
+std::vector<FlagSpec> checkpoint_flags() {
+  return {
       flag("--save", &A::checkpoint, &C::save,
            "checkpoint directory to write (every rank writes its own shard file; ranks need a shared filesystem)"),
       flag("--load", &A::checkpoint, &C::load,
@@ -200,6 +223,15 @@ const std::vector<FlagSpec>& flag_table() {
            "for them on the device); a background thread writes while training goes on"),
       flag("--keep-last", &A::checkpoint, &C::keep_last, "keep only the newest N checkpoints (0: keep all)"),
   };
+}
+
+const std::vector<FlagSpec>& flag_table() {
+  static const std::vector<FlagSpec> table = [] {
+    std::vector<FlagSpec> all;
+    for (auto group : {&model_flags, &training_flags, &parallel_flags, &data_flags, &checkpoint_flags})
+      for (FlagSpec& f : group()) all.push_back(std::move(f));
+    return all;
+  }();
   return table;
 }
 
