@@ -20,8 +20,8 @@
 #include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/train/flags.h"
-#include "megatron/trainer/trainer.h"
 #include "megatron/train/model_config.h"
+#include "megatron/trainer/trainer.h"
 
 namespace megatron::checkpoint {
 namespace {

@@ -23,8 +23,8 @@
 #include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/nn/parameter_shard.h"
 #include "megatron/train/flags.h"
-#include "megatron/trainer/trainer.h"
 #include "megatron/train/model_config.h"
+#include "megatron/trainer/trainer.h"
 #include "mpi_world.h"
 
 namespace megatron::checkpoint {

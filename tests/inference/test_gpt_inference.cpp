@@ -8,10 +8,11 @@
 #include <cmath>
 
 #include "harness.h"
-#include "megatron/ops/attention/attention.h"
-#include "megatron/ops/attention/cached_attention.h"
 #include "megatron/inference/gpt_inference.h"
 #include "megatron/inference/sampler.h"
+#include "megatron/ops/attention/attention.h"
+#include "megatron/ops/attention/cached_attention.h"
+#include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/train/flags.h"
 #include "megatron/train/model_config.h"
 
@@ -135,6 +136,29 @@ TEST(Sampler, GreedyTopKTopPTemperatureAndSeeds) {
   EXPECT_GT(differ, 0);
   testing::expect_error([] { validate({.top_p = 0.0}); }, {"--top-p"});
   testing::expect_error([] { validate({.temperature = -1}); }, {"--temperature"});
+}
+
+// Over a cache holding exactly the sequence (offset 0), cached attention is the training op's causal attention;
+// with an offset, the new queries see the whole prefix (the last rows of a longer causal attention).
+TEST(CachedAttention, EqualsCausalAttentionOverTheSameKeys) {
+  Context& cpu = testing::cpu_context();
+  const int64_t B = 2, S = 7, H = 4, G = 2, D = 8, offset = 4;
+  Tensor q = cpu.empty({B, S, H, D}, DType::F64), k = cpu.empty({B, S, G, D}, DType::F64), v = cpu.empty({B, S, G, D}, DType::F64);
+  testing::fill_random(q, 11), testing::fill_random(k, 12), testing::fill_random(v, 13);
+  Tensor want = cpu.empty({B, S, H, D}, DType::F64), stats = cpu.empty({B, H, S, 1}, DType::F32);
+  ops::attention_forward(cpu, want, stats, q, k, v, {.causal = true});
+  Tensor got = cpu.empty({B, S, H, D}, DType::F64);
+  ops::cached_attention(cpu, got, q, k, v, S, 0);
+  EXPECT_LT(testing::nmse(testing::to_doubles(cpu, got), testing::to_doubles(cpu, want)), 1e-12);  // the op keeps its LSE in F32
+  // The last S - offset queries, attending over the cache's first S positions.
+  Tensor tail = cpu.empty({B, S - offset, H, D}, DType::F64), q_tail = cpu.empty({B, S - offset, H, D}, DType::F64);
+  for (int64_t b = 0; b < B; ++b) ops::copy(cpu, q_tail.select(b), q.select(b).slice(offset, S));
+  ops::cached_attention(cpu, tail, q_tail, k, v, S, offset);
+  std::vector<double> want_tail;
+  const std::vector<double> w = testing::to_doubles(cpu, want);
+  for (int64_t b = 0; b < B; ++b)
+    want_tail.insert(want_tail.end(), w.begin() + (b * S + offset) * H * D, w.begin() + (b + 1) * S * H * D);
+  EXPECT_LT(testing::nmse(testing::to_doubles(cpu, tail), want_tail), 1e-12);
 }
 
 TEST(CachedAttentionGpu, MatchesCpu) {

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "harness.h"
-#include "megatron/pipeline/schedule.h"
+#include "megatron/pipeline/executor.h"
 #include "megatron/train/model_config.h"
 
 namespace megatron::pipeline {

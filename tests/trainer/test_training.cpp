@@ -8,8 +8,8 @@
 #include "harness.h"
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/train/flags.h"
-#include "megatron/trainer/trainer.h"
 #include "megatron/train/model_config.h"
+#include "megatron/trainer/trainer.h"
 
 namespace megatron::trainer {
 namespace {

@@ -1,134 +1,274 @@
 #include "megatron/pipeline/schedule.h"
 
-#include <map>
-#include <optional>
-#include <utility>
+#include <algorithm>
+
+#include "megatron/core/error.h"
 
 namespace megatron::pipeline {
+namespace {
+
+using Kind = Message::Kind;
+
+// Appends steps while dropping empty point-to-point batches (a first stage receives no forward input, ...).
+class StepList {
+ public:
+  void forward(int m, int c) { steps_.push_back({Action::Forward, m, c, {}}); }
+  void backward(int m, int c) { steps_.push_back({Action::Backward, m, c, {}}); }
+  void communicate(std::vector<Message> messages) {
+    if (!messages.empty()) steps_.push_back({Action::Communicate, 0, 0, std::move(messages)});
+  }
+  std::vector<Step> take() { return std::move(steps_); }
+
+ private:
+  std::vector<Step> steps_;
+};
+
+void check_position(const PipelinePosition& p, int num_microbatches, const char* schedule) {
+  MEGATRON_CHECK(p.size >= 1 && p.rank >= 0 && p.rank < p.size && p.virtual_size >= 1 && num_microbatches > 0,
+                 schedule, ": invalid pipeline position (rank ", p.rank, " of ", p.size, ", ", p.virtual_size,
+                 " chunks) or micro-batch count ", num_microbatches);
+}
+
+// The messages of one batch, each present only when the rank has a peer in that direction for that chunk.
+struct Batch {
+  const PipelinePosition& p;
+  std::vector<Message> messages;
+  Batch& send_forward(int m, int c) {
+    if (!p.last_stage(c)) messages.push_back({Kind::SendForward, m, c});
+    return *this;
+  }
+  Batch& recv_forward(int m, int c) {
+    if (!p.first_stage(c)) messages.push_back({Kind::RecvForward, m, c});
+    return *this;
+  }
+  Batch& send_backward(int m, int c) {
+    if (!p.first_stage(c)) messages.push_back({Kind::SendBackward, m, c});
+    return *this;
+  }
+  Batch& recv_backward(int m, int c) {
+    if (!p.last_stage(c)) messages.push_back({Kind::RecvBackward, m, c});
+    return *this;
+  }
+};
+
+}  // namespace
 
 std::vector<Step> no_pipelining(int num_microbatches, bool forward_only) {
   MEGATRON_CHECK(num_microbatches > 0, "no_pipelining: the number of micro-batches must be positive, got ",
                  num_microbatches);
   std::vector<Step> steps;
   for (int m = 0; m < num_microbatches; ++m) {
-    steps.push_back({Action::Forward, m, 0});
-    if (!forward_only) steps.push_back({Action::Backward, m, 0});
+    steps.push_back({Action::Forward, m, 0, {}});
+    if (!forward_only) steps.push_back({Action::Backward, m, 0, {}});
   }
   return steps;
 }
 
-std::string describe(const std::vector<Step>& steps) {
-  bool chunks = false;
-  for (const Step& s : steps) chunks = chunks || s.chunk != 0;
-  std::string out;
-  for (const Step& s : steps) {
-    if (!out.empty()) out += ' ';
-    out += str_cat(s.action == Action::Forward ? "F" : "B", s.microbatch);
-    if (chunks) out += str_cat('.', s.chunk);
+std::vector<Step> one_f_one_b(const PipelinePosition& p, int M, bool forward_only) {
+  check_position(p, M, "one_f_one_b");
+  MEGATRON_CHECK(p.virtual_size == 1, "one_f_one_b: ", p.virtual_size, " model chunks need the interleaved schedule");
+  StepList s;
+  auto batch = [&] { return Batch{p, {}}; };
+  if (forward_only) {
+    for (int m = 0; m < M; ++m) {
+      s.communicate(batch().recv_forward(m, 0).messages);
+      s.forward(m, 0);
+      s.communicate(batch().send_forward(m, 0).messages);
+    }
+    return s.take();
   }
-  return out;
+  const int warmup = std::min(p.size - p.rank - 1, M), steady = M - warmup;
+  for (int m = 0; m < warmup; ++m) {
+    s.communicate(batch().recv_forward(m, 0).messages);
+    s.forward(m, 0);
+    s.communicate(batch().send_forward(m, 0).messages);
+  }
+  if (steady > 0) s.communicate(batch().recv_forward(warmup, 0).messages);
+  for (int i = 0; i < steady; ++i) {
+    s.forward(warmup + i, 0);
+    s.communicate(batch().send_forward(warmup + i, 0).recv_backward(i, 0).messages);
+    s.backward(i, 0);
+    if (i == steady - 1)
+      s.communicate(batch().send_backward(i, 0).messages);
+    else
+      s.communicate(batch().send_backward(i, 0).recv_forward(warmup + i + 1, 0).messages);
+  }
+  for (int i = 0; i < warmup; ++i) {
+    s.communicate(batch().recv_backward(steady + i, 0).messages);
+    s.backward(steady + i, 0);
+    s.communicate(batch().send_backward(steady + i, 0).messages);
+  }
+  return s.take();
 }
 
 namespace {
 
-// Where each chunk's hooks fire: the step index of its first forward and of its last backward.
-struct HookPoints {
-  std::vector<size_t> first_forward, last_backward;
-};
-
-HookPoints hook_points(const std::vector<Step>& steps, int num_chunks) {
-  HookPoints h{std::vector<size_t>(size_t(num_chunks), steps.size()), std::vector<size_t>(size_t(num_chunks), steps.size())};
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const Step& s = steps[i];
-    MEGATRON_CHECK(s.chunk >= 0 && s.chunk < num_chunks, "run_schedule: step ", i, " (", describe({s}),
-                   ") names chunk ", s.chunk, " of ", num_chunks);
-    if (s.action == Action::Forward && h.first_forward[size_t(s.chunk)] == steps.size())
-      h.first_forward[size_t(s.chunk)] = i;
-    if (s.action == Action::Backward) h.last_backward[size_t(s.chunk)] = i;
-  }
-  return h;
-}
-
-class Executor {
+// Megatron's interleaved schedule, step by step: the table of (micro-batch, chunk) per virtual micro-batch,
+// the warm-up count, and which chunk a received tensor belongs to.
+class Interleaved {
  public:
-  Executor(Context& ctx, const std::vector<Step>& steps, ScheduleRun& run)
-      : ctx_(ctx), steps_(steps), run_(run), points_(hook_points(steps, int(run.chunks.size()))),
-        inputs_(size_t(run.num_microbatches)), loaded_(size_t(run.num_microbatches), false),
-        losses_(size_t(run.num_microbatches)) {}
-
-  std::vector<Tensor> run() {
-    for (size_t i = 0; i < steps_.size(); ++i) {
-      const Step& s = steps_[i];
-      MEGATRON_CHECK(s.microbatch >= 0 && s.microbatch < run_.num_microbatches, "run_schedule: step ", i, " (",
-                     describe({s}), ") names micro-batch ", s.microbatch, " of ", run_.num_microbatches);
-      if (s.action == Action::Forward) forward(i, s);
-      else backward(i, s);
+  Interleaved(const PipelinePosition& p, int M, int G, bool forward_only)
+      : p_(p), M_(M), C_(p.virtual_size), total_(M * p.virtual_size), forward_only_(forward_only),
+        received_forward_(size_t(C_), 0), received_backward_(size_t(C_), 0) {
+    // Micro-batches in groups of G, each group over every chunk in turn (get_schedule_table).
+    for (int first = 0; first < M; first += G) {
+      const int end = first + G >= M ? M : first + G;
+      for (int c = 0; c < C_; ++c)
+        for (int m = first; m < end; ++m) table_.push_back({m, c});
     }
-    MEGATRON_CHECK(in_flight_.empty(), "run_schedule: ", in_flight_.size(),
-                   " micro-batch(es) ran their forward but not their backward");
-    return std::move(losses_);
+    warmup_ = forward_only ? total_ : std::min((p.size - p.rank - 1) * 2 + (C_ - 1) * G, total_);
   }
+
+  std::vector<Step> generate();
 
  private:
-  void forward(size_t i, const Step& s) {
-    nn::GPTModel& chunk = *run_.chunks[size_t(s.chunk)];
-    MEGATRON_CHECK(chunk.layout().pre_process, "run_schedule: chunk ", s.chunk,
-                   " has no embedding; its input would come from another pipeline stage");
-    const bool first_use = !loaded_[size_t(s.microbatch)];
-    if (first_use) {
-      inputs_[size_t(s.microbatch)] = run_.input(s.microbatch);
-      loaded_[size_t(s.microbatch)] = true;
-    }
-    MEGATRON_CHECK(inputs_[size_t(s.microbatch)].has_value(), "run_schedule: step ", i, " (", describe({s}),
-                   ") runs a micro-batch whose forward has already run on every chunk");
-    nn::ForwardOptions options = run_.options(s.microbatch);
-    options.training = options.training && !run_.forward_only;
-    if (i == points_.first_forward[size_t(s.chunk)]) options.hooks.before_forward = run_.hooks.before_first_forward;
-    nn::StageOutput out = chunk.forward(ctx_, *inputs_[size_t(s.microbatch)], options);
-    if (chunk.layout().post_process) losses_[size_t(s.microbatch)] = out.loss;
-    if (!run_.forward_only) {
-      const auto key = std::make_pair(s.chunk, s.microbatch);
-      MEGATRON_CHECK(!in_flight_.count(key), "run_schedule: step ", i, " (", describe({s}),
-                     ") runs a forward whose activations are still waiting for their backward");
-      in_flight_.emplace(key, std::move(out.saved));
-    }
-    // The last chunk of this rank has read the input: the saved state keeps what the backward needs.
-    if (size_t(s.chunk) + 1 == run_.chunks.size()) inputs_[size_t(s.microbatch)].reset();
-    if (first_use && run_.prepare && s.microbatch + 1 < run_.num_microbatches) run_.prepare(s.microbatch + 1);
-    if (i == points_.first_forward[size_t(s.chunk)] && ++first_forwards_seen_ == run_.chunks.size() &&
-        run_.hooks.after_first_forward)
-      run_.hooks.after_first_forward();
+  struct Entry {
+    int microbatch, chunk;
+  };
+  Entry forward_of(int k) const { return table_[size_t(k)]; }
+  Entry backward_of(int k) const { return {table_[size_t(k)].microbatch, C_ - 1 - table_[size_t(k)].chunk}; }
+  int chunk_of(int k, bool forward) const {
+    const int c = table_[size_t(k % total_)].chunk;
+    return forward ? c : C_ - 1 - c;
   }
-
-  void backward(size_t i, const Step& s) {
-    MEGATRON_CHECK(!run_.forward_only, "run_schedule: step ", i, " (", describe({s}), ") in a forward-only run");
-    auto it = in_flight_.find(std::make_pair(s.chunk, s.microbatch));
-    MEGATRON_CHECK(it != in_flight_.end(), "run_schedule: step ", i, " (", describe({s}),
-                   ") runs a backward without its forward's activations");
-    nn::StageSaved saved = std::move(it->second);
-    in_flight_.erase(it);
-    nn::ParamHooks hooks;
-    if (i == points_.last_backward[size_t(s.chunk)]) hooks.grads_final = run_.hooks.grads_final;
-    run_.chunks[size_t(s.chunk)]->backward(ctx_, std::move(saved), Tensor(), hooks);
+  // Megatron's recv_tensor_from_previous_stage: after virtual micro-batch k, does a tensor arrive from the
+  // neighbour, and for which chunk? The leading stage (rank 0 forward, the last rank backward) lags the
+  // other end of the ring by P - 1 virtual micro-batches; the last chunk at the far end produces nothing.
+  std::pair<bool, int> receives_after(int k, bool forward) const {
+    const bool leading = forward ? p_.rank == 0 : p_.rank == p_.size - 1;
+    if (!leading) return {true, chunk_of(k + 1, forward)};
+    const int far_last_chunk = forward ? C_ - 1 : 0;
+    bool recv = true;
+    int chunk = 0;
+    if (k < p_.size - 1) {
+      recv = false;
+      chunk = chunk_of(k + 1, forward);
+    } else {
+      chunk = chunk_of(k - (p_.size - 1), forward);
+    }
+    if (chunk == far_last_chunk) recv = false;
+    return {recv, forward ? chunk + 1 : chunk - 1};
   }
+  // Receives are labelled with the next micro-batch of their chunk (each chunk's inputs arrive in order).
+  void recv_forward(Batch& b, int chunk) { b.recv_forward(received_forward_[size_t(chunk)]++, chunk); }
+  void recv_backward(Batch& b, int chunk) { b.recv_backward(received_backward_[size_t(chunk)]++, chunk); }
+  void warmup_step(int k);
+  void steady_step(int k);
+  void cooldown_step(int k);
 
-  Context& ctx_;
-  const std::vector<Step>& steps_;
-  ScheduleRun& run_;
-  HookPoints points_;
-  std::vector<std::optional<nn::StageInput>> inputs_;  // held until the micro-batch's last forward here
-  std::vector<bool> loaded_;
-  std::vector<Tensor> losses_;
-  std::map<std::pair<int, int>, nn::StageSaved> in_flight_;  // (chunk, micro-batch) -> activations
-  size_t first_forwards_seen_ = 0;
+  const PipelinePosition& p_;
+  const int M_, C_, total_;
+  const bool forward_only_;
+  int warmup_ = 0;
+  std::vector<Entry> table_;
+  std::vector<int> received_forward_, received_backward_;
+  StepList steps_;
 };
+
+void Interleaved::warmup_step(int k) {
+  const Entry f = forward_of(k);
+  auto [recv_prev, next_chunk] = receives_after(k, true);
+  if (k == total_ - 1) recv_prev = false;
+  steps_.forward(f.microbatch, f.chunk);
+  Batch b{p_, {}};
+  b.send_forward(f.microbatch, f.chunk);
+  if (recv_prev) recv_forward(b, next_chunk);
+  // The last warm-up forward also receives the first output gradient (send_forward_backward_recv_forward_backward).
+  if (k == warmup_ - 1 && !forward_only_ && warmup_ < total_ && p_.rank != p_.size - 1) recv_backward(b, C_ - 1);
+  steps_.communicate(std::move(b.messages));
+}
+
+void Interleaved::steady_step(int k) {
+  const int forward_k = k + warmup_;
+  const Entry f = forward_of(forward_k), g = backward_of(k);
+  steps_.forward(f.microbatch, f.chunk);
+  steps_.backward(g.microbatch, g.chunk);
+  auto [recv_prev, next_forward] = receives_after(forward_k, true);
+  const auto [recv_next, next_backward] = receives_after(k, false);
+  if (k == total_ - warmup_ - 1) recv_prev = false;
+  Batch b{p_, {}};
+  b.send_forward(f.microbatch, f.chunk).send_backward(g.microbatch, g.chunk);
+  if (recv_prev) recv_forward(b, next_forward);
+  if (recv_next) recv_backward(b, next_backward);
+  steps_.communicate(std::move(b.messages));
+}
+
+void Interleaved::cooldown_step(int k) {
+  const Entry g = backward_of(k);
+  auto [recv_next, next_chunk] = receives_after(k, false);
+  if (k == total_ - 1) recv_next = false;
+  steps_.backward(g.microbatch, g.chunk);
+  Batch b{p_, {}};
+  b.send_backward(g.microbatch, g.chunk);
+  if (recv_next) recv_backward(b, next_chunk);
+  steps_.communicate(std::move(b.messages));
+}
+
+std::vector<Step> Interleaved::generate() {
+  Batch first{p_, {}};
+  recv_forward(first, 0);
+  steps_.communicate(std::move(first.messages));
+  for (int k = 0; k < warmup_; ++k) warmup_step(k);
+  for (int k = 0; k < total_ - warmup_; ++k) steady_step(k);
+  if (forward_only_) return steps_.take();
+  if (warmup_ == total_ && p_.rank != p_.size - 1) {  // every micro-batch was a warm-up forward
+    Batch b{p_, {}};
+    recv_backward(b, C_ - 1);
+    steps_.communicate(std::move(b.messages));
+  }
+  for (int k = total_ - warmup_; k < total_; ++k) cooldown_step(k);
+  return steps_.take();
+}
 
 }  // namespace
 
-std::vector<Tensor> run_schedule(Context& ctx, const std::vector<Step>& steps, ScheduleRun& run) {
-  MEGATRON_CHECK(!run.chunks.empty() && run.input && run.options, "run_schedule: needs model chunks, an input and an "
-                 "options callback");
-  return Executor(ctx, steps, run).run();
+std::vector<Step> interleaved(const PipelinePosition& p, int M, int G, bool forward_only) {
+  check_position(p, M, "interleaved");
+  MEGATRON_CHECK(p.size > 1 && p.virtual_size > 1, "interleaved: needs a pipeline (", p.size,
+                 " ranks) with several model chunks per rank (", p.virtual_size, ")");
+  MEGATRON_CHECK(G >= p.size && G <= M && (M % G == 0 || M % G >= p.size), "interleaved: micro-batch group ", G,
+                 " must be in [", p.size, ", ", M, "] and leave a last group of 0 or at least ", p.size);
+  return Interleaved(p, M, G, forward_only).generate();
 }
+
+std::vector<Step> schedule_for(const PipelinePosition& p, int M, int G, bool forward_only) {
+  if (p.size == 1) return no_pipelining(M, forward_only);
+  if (p.virtual_size == 1) return one_f_one_b(p, M, forward_only);
+  return interleaved(p, M, G, forward_only);
+}
+
+namespace {
+
+std::string label(const std::string& what, int m, int c, bool chunks) {
+  return chunks ? str_cat(what, m, '.', c) : str_cat(what, m);
+}
+
+std::string describe_steps(const std::vector<Step>& steps, bool with_messages) {
+  bool chunks = false;
+  for (const Step& s : steps) {
+    chunks = chunks || s.chunk != 0;
+    for (const Message& m : s.messages) chunks = chunks || m.chunk != 0;
+  }
+  static const char* kNames[] = {"sF", "rF", "sB", "rB"};
+  std::string out;
+  for (const Step& s : steps) {
+    if (s.action == Action::Communicate && !with_messages) continue;
+    if (!out.empty()) out += ' ';
+    if (s.action != Action::Communicate) {
+      out += label(s.action == Action::Forward ? "F" : "B", s.microbatch, s.chunk, chunks);
+      continue;
+    }
+    out += '[';
+    for (size_t i = 0; i < s.messages.size(); ++i)
+      out += (i ? " " : "") + label(kNames[int(s.messages[i].kind)], s.messages[i].microbatch, s.messages[i].chunk, chunks);
+    out += ']';
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string describe(const std::vector<Step>& steps) { return describe_steps(steps, true); }
+std::string describe_compute(const std::vector<Step>& steps) { return describe_steps(steps, false); }
 
 }  // namespace megatron::pipeline

@@ -1,68 +1,68 @@
-// Schedules as data: a pure generator lists the steps of one iteration (forward or backward of micro-batch m
-// of model chunk c), and one executor (run_schedule) carries them out. Megatron's forward_backward_func
-// family (megatron/core/pipeline_parallel/schedules.py) becomes a list a test can print and compare.
+// Schedules as data: a pure generator lists what one pipeline rank does in one iteration, in order --
+// forwards and backwards of (micro-batch m, model chunk c) and the point-to-point batches between them -- and
+// one executor (executor.h) carries the list out. Megatron's forward_backward_func family
+// (megatron/core/pipeline_parallel/schedules.py) becomes a list a test can print, simulate and compare.
 //
-// no_pipelining(m): Megatron's forward_backward_no_pipelining: F0 B0 F1 B1 ... on the one chunk (F0 F1 ...
-// when forward_only, as for evaluation).
-//
-// run_schedule() owns the micro-batch loop of an iteration: it asks the caller for each micro-batch's input
-// when the micro-batch's first forward comes (and lets it prepare the next one on the host while the device
-// works), runs each forward, keeps the micro-batch's saved activations until its backward (any number in
-// flight, in any order), and returns the loss of every micro-batch. It also decides when the data-parallel
-// overlap hooks fire: ScheduleHooks::before_first_forward in the first forward of each chunk (the
-// distributed optimizer's parameter all-gather must have landed), grads_final in the last backward of each
-// chunk (every gradient bucket of the chunk is final then), after_first_forward once the first forward of
-// every chunk has been queued.
+//   no_pipelining(M):         F0 B0 F1 B1 ... (forward_backward_no_pipelining; F0 F1 ... forward-only).
+//   one_f_one_b(P, r, M):     the non-interleaved 1F1B schedule of pipeline rank r of P: min(P - r - 1, M)
+//                             warm-up forwards, then one forward and one backward in turn, then the cool-down
+//                             backwards; at most P - r micro-batches are ever between forward and backward.
+//   interleaved(P, r, V, M, G): the interleaved 1F1B schedule with V model chunks per rank: micro-batches walk
+//                             over the chunks in groups of G (Megatron's get_schedule_table; G defaults to P),
+//                             (P - r - 1) * 2 + (V - 1) * G warm-up forwards, backwards take chunk V - 1 - c.
+// The point-to-point batches sit where Megatron's non-overlapped schedules post them (recv_forward,
+// send_forward, send_forward_recv_backward, send_backward_recv_forward, send_forward_backward_recv_forward_
+// backward, ...): the ops of one batch start together (deadlock-free, comm/communicator.h) and the executor
+// waits for a receive only where its data is used (overlap), or at once with --no-overlap-p2p-communication.
+// Each message names the (micro-batch, chunk) whose data it carries on this rank:
+//   SendForward m.c   the output of F(m, c) to the next rank;   RecvForward m.c   the input of F(m, c) from the previous;
+//   SendBackward m.c  the input gradient of B(m, c) to the previous; RecvBackward m.c the output gradient of B(m, c) from the next.
+// Chunk c's output on the last rank feeds chunk c + 1 on rank 0 (the ring of virtual stages).
 #pragma once
 
-#include <functional>
 #include <string>
 #include <vector>
 
-#include "megatron/nn/gpt_model.h"
-
 namespace megatron::pipeline {
 
-enum class Action { Forward, Backward };
+enum class Action { Forward, Backward, Communicate };
+
+struct Message {
+  enum class Kind { SendForward, RecvForward, SendBackward, RecvBackward };
+  Kind kind = Kind::SendForward;
+  int microbatch = 0;
+  int chunk = 0;
+  bool operator==(const Message&) const = default;
+};
 
 struct Step {
   Action action = Action::Forward;
-  int microbatch = 0;
+  int microbatch = 0;             // Forward / Backward
   int chunk = 0;
+  std::vector<Message> messages;  // Communicate: one batch
   bool operator==(const Step&) const = default;
 };
 
-// F0 B0 F1 B1 ... F(m-1) B(m-1), or F0 F1 ... F(m-1) when forward_only.
+// Where a rank sits in the pipeline.
+struct PipelinePosition {
+  int size = 1;           // P
+  int rank = 0;           // r
+  int virtual_size = 1;   // V model chunks per rank
+  bool first_stage(int chunk) const { return rank == 0 && chunk == 0; }
+  bool last_stage(int chunk) const { return rank == size - 1 && chunk == virtual_size - 1; }
+};
+
 std::vector<Step> no_pipelining(int num_microbatches, bool forward_only = false);
+std::vector<Step> one_f_one_b(const PipelinePosition& position, int num_microbatches, bool forward_only = false);
+std::vector<Step> interleaved(const PipelinePosition& position, int num_microbatches, int group_size,
+                              bool forward_only = false);
+// The schedule Megatron would pick: no pipelining at P = 1, 1F1B, or interleaved with V > 1.
+std::vector<Step> schedule_for(const PipelinePosition& position, int num_microbatches, int group_size,
+                               bool forward_only = false);
 
-// "F0 B0 F1 B1" (chunk shown as F0.1 when a schedule has several chunks).
+// "F0 [sF0 rB1] B1 ..." (chunks shown as F0.1 when V > 1).
 std::string describe(const std::vector<Step>& steps);
-
-struct ScheduleHooks {
-  std::function<void(const nn::ParameterList&)> before_first_forward;
-  std::function<void(const nn::ParameterList&)> grads_final;
-  std::function<void()> after_first_forward;
-};
-
-// What one iteration runs the steps on.
-struct ScheduleRun {
-  std::vector<nn::GPTModel*> chunks;  // this rank's model chunks, in chunk order
-  int num_microbatches = 1;
-  bool forward_only = false;          // evaluation: forwards only, their saved state dropped at once
-  // The input of micro-batch m (tokens on the first stage, labels and mask on the last), on the device;
-  // called once per micro-batch, in micro-batch order, when its first forward comes.
-  std::function<nn::StageInput(int microbatch)> input;
-  // Optional: prepare micro-batch m's input on the host; called for m + 1 right after m's first forward has
-  // been queued, so the host works while the device runs.
-  std::function<void(int microbatch)> prepare;
-  // The forward options of micro-batch m (training, dropout step, loss scaling); the hooks are set here.
-  std::function<nn::ForwardOptions(int microbatch)> options;
-  ScheduleHooks hooks;
-};
-
-// Runs `steps` and returns each micro-batch's loss (device scalars, in micro-batch order; undefined on
-// ranks without the last stage). Throws naming the step when the steps are inconsistent (a backward before
-// its forward, a micro-batch run twice, activations left over at the end).
-std::vector<Tensor> run_schedule(Context& ctx, const std::vector<Step>& steps, ScheduleRun& run);
+// Just the computation: "F0 F1 B0 ..." (the order Megatron's tests and papers draw).
+std::string describe_compute(const std::vector<Step>& steps);
 
 }  // namespace megatron::pipeline

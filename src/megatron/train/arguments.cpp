@@ -3,6 +3,7 @@
 #include <set>
 
 #include "megatron/core/error.h"
+#include "megatron/parallel/pipeline_split.h"
 
 namespace megatron::train {
 
@@ -12,11 +13,37 @@ int Arguments::data_parallel_size() const {
   return model_parallel > 0 ? parallel.world_size / model_parallel : 0;
 }
 
+int Arguments::num_micro_batches() const {
+  const int dp = data_parallel_size();
+  return dp > 0 && training.micro_batch_size > 0 ? int(training.global_batch_size / (training.micro_batch_size * dp)) : 0;
+}
+
 int Arguments::padded_vocab_size() const {
   int multiple = model.make_vocab_size_divisible_by * parallel.tensor_model_parallel_size;
   if (multiple <= 0) return model.vocab_size;
   return (model.vocab_size + multiple - 1) / multiple * multiple;
 }
+
+namespace {
+
+// The model chunks per pipeline rank from whichever virtual-pipeline flag is given, and the micro-batch group.
+void resolve_pipeline(Arguments& a) {
+  ParallelArguments& p = a.parallel;
+  p.virtual_pipeline_size = 1;
+  if (p.virtual_pipeline_model_parallel_size > 0) p.virtual_pipeline_size = p.virtual_pipeline_model_parallel_size;
+  if (p.num_virtual_stages_per_pipeline_rank > 0) p.virtual_pipeline_size = p.num_virtual_stages_per_pipeline_rank;
+  if (p.num_layers_per_virtual_pipeline_stage > 0 && p.pipeline_model_parallel_size > 0) {
+    const int counted = a.model.num_layers + p.account_for_embedding_in_pipeline_split +
+                        p.account_for_loss_in_pipeline_split;
+    const int per_stage = counted / p.pipeline_model_parallel_size;
+    if (per_stage % p.num_layers_per_virtual_pipeline_stage == 0)
+      p.virtual_pipeline_size = std::max(1, per_stage / p.num_layers_per_virtual_pipeline_stage);
+  }
+  if (p.microbatch_group_size_per_virtual_pipeline_stage == 0)
+    p.microbatch_group_size_per_virtual_pipeline_stage = p.pipeline_model_parallel_size;
+}
+
+}  // namespace
 
 void resolve(Arguments& a) {
   ModelArguments& m = a.model;
@@ -37,6 +64,7 @@ void resolve(Arguments& a) {
   if (t.lr_decay_iters == 0) t.lr_decay_iters = t.train_iters;
   // Megatron: "Disabling sequence parallelism because tensor model parallel size is 1".
   if (a.parallel.tensor_model_parallel_size == 1) a.parallel.sequence_parallel = false;
+  resolve_pipeline(a);
 }
 
 namespace {
@@ -133,8 +161,6 @@ void parallel_violations(const Arguments& a, Violations& v) {
            tp);
     v.need(m.ffn_hidden_size % tp == 0, "--ffn-hidden-size ", m.ffn_hidden_size,
            " must be divisible by --tensor-model-parallel-size ", tp);
-    v.need(m.num_layers % pp == 0, "--num-layers ", m.num_layers, " must be divisible by --pipeline-model-parallel-size ",
-           pp);
     if (p.sequence_parallel)
       v.need(m.seq_length % tp == 0, "--seq-length ", m.seq_length, " must be divisible by --tensor-model-parallel-size ",
              tp, " with --sequence-parallel");
@@ -152,6 +178,44 @@ void parallel_violations(const Arguments& a, Violations& v) {
   v.need(p.distributed_timeout_minutes > 0, "--distributed-timeout-minutes must be positive (got ",
          p.distributed_timeout_minutes, ")");
   v.need(p.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0 (got ", p.ddp_bucket_size, ")");
+}
+
+// Pipeline parallelism: one virtual-pipeline flag at most, the layer split (every layer on exactly one stage),
+// and the interleaved schedule's micro-batch rules (Megatron's, checked before any work).
+void pipeline_violations(const Arguments& a, Violations& v) {
+  const ParallelArguments& p = a.parallel;
+  const int pp = p.pipeline_model_parallel_size, V = p.virtual_pipeline_size;
+  const int given = (p.num_layers_per_virtual_pipeline_stage > 0) + (p.virtual_pipeline_model_parallel_size > 0) +
+                    (p.num_virtual_stages_per_pipeline_rank > 0);
+  v.need(given <= 1, "give at most one of --num-layers-per-virtual-pipeline-stage, --virtual-pipeline-model-parallel-",
+         "size and --num-virtual-stages-per-pipeline-rank");
+  const bool uneven = p.decoder_first_pipeline_num_layers >= 0 || p.decoder_last_pipeline_num_layers >= 0;
+  v.need(!(uneven && p.num_layers_per_virtual_pipeline_stage > 0), "with --decoder-first/last-pipeline-num-layers "
+         "give the interleaving as --virtual-pipeline-model-parallel-size (or --num-virtual-stages-per-pipeline-rank), "
+         "not --num-layers-per-virtual-pipeline-stage (Megatron's rule)");
+  if (p.num_layers_per_virtual_pipeline_stage > 0 && pp > 0) {
+    const int counted = a.model.num_layers + p.account_for_embedding_in_pipeline_split + p.account_for_loss_in_pipeline_split;
+    v.need(counted % pp == 0 && (counted / pp) % p.num_layers_per_virtual_pipeline_stage == 0, "the ", counted / std::max(pp, 1),
+           " layers per pipeline stage must be divisible by --num-layers-per-virtual-pipeline-stage ",
+           p.num_layers_per_virtual_pipeline_stage);
+  }
+  if (pp <= 0 || a.model.num_layers <= 0 || given > 1) return;
+  v.need(V == 1 || pp > 1, "the interleaved schedule (", V, " model chunks per rank) needs --pipeline-model-parallel-size > 1");
+  for (const std::string& s : parallel::pipeline_split_violations(
+           {.num_layers = a.model.num_layers, .pipeline_size = pp, .virtual_size = V,
+            .first_stage_layers = p.decoder_first_pipeline_num_layers, .last_stage_layers = p.decoder_last_pipeline_num_layers,
+            .account_for_embedding = p.account_for_embedding_in_pipeline_split,
+            .account_for_loss = p.account_for_loss_in_pipeline_split}))
+    v.need(false, s);
+  if (V > 1) {
+    const int M = a.num_micro_batches(), G = p.microbatch_group_size_per_virtual_pipeline_stage;
+    v.need(G >= pp && G <= M, "--microbatch-group-size-per-virtual-pipeline-stage ", G, " must be in [pipeline size ", pp,
+           ", micro-batches per iteration ", M, "] for the interleaved schedule");
+    v.need(G <= 0 || M % G == 0 || M % G >= pp, "the ", M, " micro-batches per iteration leave a last group of ",
+           G > 0 ? M % G : 0, " (--microbatch-group-size-per-virtual-pipeline-stage ", G, "): it must be 0 or at least the ",
+           "pipeline size ", pp, " (otherwise the interleaved schedule stalls); with the default group size, use a ",
+           "multiple of ", pp, " micro-batches");
+  }
 }
 
 void checkpoint_and_data_violations(const Arguments& a, Violations& v) {
@@ -178,6 +242,7 @@ std::vector<std::string> constraint_violations(const Arguments& a) {
   model_violations(a.model, v);
   training_violations(a.training, v);
   parallel_violations(a, v);
+  pipeline_violations(a, v);
   checkpoint_and_data_violations(a, v);
   return out;
 }

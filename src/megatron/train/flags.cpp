@@ -61,6 +61,20 @@ FlagSpec flag(std::string name, Group Arguments::*group, T Group::*field, std::s
       return std::string();
     };
     f.get = [group, field](const Arguments& a) { return (a.*group).*field; };
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    f.takes_list = true;
+    f.set = [group, field](Arguments& a, const std::string& v) {
+      int parsed = 0;
+      std::string expected = parse_number(v, parsed);
+      if (!expected.empty()) return str_cat("expects integers, got '", v, "'");
+      ((a.*group).*field).push_back(parsed);
+      return std::string();
+    };
+    f.get = [group, field](const Arguments& a) {
+      std::string s;
+      for (int x : (a.*group).*field) s += (s.empty() ? "" : " ") + std::to_string(x);
+      return s;
+    };
   } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
     f.takes_list = true;
     f.set = [group, field](Arguments& a, const std::string& v) {
@@ -160,6 +174,10 @@ std::vector<FlagSpec> training_flags() {
            "mark iterations for an external profiler (cudaProfilerStart/Stop; e.g. ncu --profile-from-start off)"),
       flag("--profile-step-start", &A::training, &T::profile_step_start, "first profiled iteration"),
       flag("--profile-step-end", &A::training, &T::profile_step_end, "profiling stops before this iteration"),
+      flag("--profile-ranks", &A::training, &T::profile_ranks, "global ranks that profile (default 0)"),
+      flag("--profile-dir", &A::training, &T::profile_dir,
+           "with --profile: each profiled rank writes a Chrome trace (chrome://tracing, Perfetto) of its forward, "
+           "backward, send/recv, gradient-reduction and optimizer spans here"),
   };
 }
 
@@ -168,7 +186,27 @@ std::vector<FlagSpec> parallel_flags() {
   return {
       flag("--tensor-model-parallel-size", &A::parallel, &P::tensor_model_parallel_size,
            "TP: split attention heads (whole query groups), MLP columns and the vocabulary over N adjacent ranks"),
-      flag("--pipeline-model-parallel-size", &A::parallel, &P::pipeline_model_parallel_size, "PP (not implemented yet)"),
+      flag("--pipeline-model-parallel-size", &A::parallel, &P::pipeline_model_parallel_size,
+           "PP: split the layers into stages over N ranks (the slowest-varying rank coordinate)"),
+      flag("--num-layers-per-virtual-pipeline-stage", &A::parallel, &P::num_layers_per_virtual_pipeline_stage,
+           "interleaved schedule: layers per model chunk"),
+      flag("--virtual-pipeline-model-parallel-size", &A::parallel, &P::virtual_pipeline_model_parallel_size,
+           "interleaved schedule: model chunks per pipeline rank"),
+      flag("--num-virtual-stages-per-pipeline-rank", &A::parallel, &P::num_virtual_stages_per_pipeline_rank,
+           "interleaved schedule: model chunks per pipeline rank (newer Megatron's name)"),
+      flag("--decoder-first-pipeline-num-layers", &A::parallel, &P::decoder_first_pipeline_num_layers,
+           "uneven split: transformer layers of the first pipeline stage"),
+      flag("--decoder-last-pipeline-num-layers", &A::parallel, &P::decoder_last_pipeline_num_layers,
+           "uneven split: transformer layers of the last pipeline stage"),
+      flag("--account-for-embedding-in-pipeline-split", &A::parallel, &P::account_for_embedding_in_pipeline_split,
+           "count the embedding as one layer of the first stage when splitting"),
+      flag("--account-for-loss-in-pipeline-split", &A::parallel, &P::account_for_loss_in_pipeline_split,
+           "count the output layer and loss as one layer of the last stage when splitting"),
+      flag("--microbatch-group-size-per-virtual-pipeline-stage", &A::parallel,
+           &P::microbatch_group_size_per_virtual_pipeline_stage,
+           "interleaved schedule: consecutive micro-batches per model chunk (default: the pipeline size)"),
+      flag("--no-overlap-p2p-communication", &A::parallel, &P::no_overlap_p2p_communication,
+           "wait for each pipeline send/recv where it is posted instead of just before its data is used"),
       flag("--context-parallel-size", &A::parallel, &P::context_parallel_size, "CP (not implemented yet)"),
       flag("--expert-model-parallel-size", &A::parallel, &P::expert_model_parallel_size, "EP (not implemented yet)"),
       flag("--sequence-parallel", &A::parallel, &P::sequence_parallel,

@@ -27,7 +27,7 @@
 #include <optional>
 
 #include "megatron/nn/gpt_model.h"
-#include "megatron/pipeline/schedule.h"
+#include "megatron/pipeline/executor.h"
 #include "megatron/optim/adamw.h"
 #include "megatron/optim/distributed_optimizer.h"
 #include "megatron/optim/grad_clip.h"
