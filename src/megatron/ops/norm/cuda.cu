@@ -60,22 +60,32 @@ struct FwdParams {
   bool rms;
 };
 
-template <class T, class W, int VEC, int ITERS>
-__global__ void __launch_bounds__(512) norm_fwd_kernel(FwdParams p) {
-  __shared__ float2 smem[32];
-  const int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
-  if (row >= p.rows) return;  // uniform per row group (see row_sum2)
-  const int h = p.h, nvec = h / VEC;
-  const int64_t base = row * h;
-  const T* x = static_cast<const T*>(p.x) + base;
-  const T* res = p.residual ? static_cast<const T*>(p.residual) + base : nullptr;
-  T* res_out = p.residual_out ? static_cast<T*>(p.residual_out) + base : nullptr;
-  T* y = static_cast<T*>(p.y) + base;
-  const W* w = static_cast<const W*>(p.weight);
-  const W* b = static_cast<const W*>(p.bias);
+// One row of the forward kernel as this thread sees it: where its vectors are read and written, and the
+// passes over them. The cached passes (ITERS > 0) keep the row in the caller's registers `v`; the uncached
+// ones re-read it in each pass. Every pass walks the same vectors j = threadIdx.x + k * blockDim.x.
+template <class T, class W, int VEC>
+struct FwdRow {
+  const T* x;
+  const T* res;  // null: no fused residual
+  T* res_out;
+  T* y;
+  const W* w;
+  const W* b;  // may be null
+  int nvec;
+
+  __device__ __forceinline__ FwdRow(const FwdParams& p, int64_t row) {
+    const int64_t base = row * p.h;
+    x = static_cast<const T*>(p.x) + base;
+    res = p.residual ? static_cast<const T*>(p.residual) + base : nullptr;
+    res_out = p.residual_out ? static_cast<T*>(p.residual_out) + base : nullptr;
+    y = static_cast<T*>(p.y) + base;
+    w = static_cast<const W*>(p.weight);
+    b = static_cast<const W*>(p.bias);
+    nvec = p.h / VEC;
+  }
 
   // First touch of vector j: x (+ residual, rounded to T and written out).
-  auto first_load = [&](int j, float (&v)[VEC]) {
+  __device__ __forceinline__ void first_load(int j, float (&v)[VEC]) const {
     load_vec<VEC>(x + j * VEC, v);
     if (res != nullptr) {
       float r[VEC];
@@ -84,21 +94,23 @@ __global__ void __launch_bounds__(512) norm_fwd_kernel(FwdParams p) {
       for (int i = 0; i < VEC; ++i) v[i] = to_f32(from_f32<T>(v[i] + r[i]));
       store_vec<VEC>(res_out + j * VEC, v);
     }
-  };
+  }
   // Later passes of the uncached path read back what this same thread wrote (program order suffices).
-  auto reload = [&](int j, float (&v)[VEC]) { load_vec<VEC>((res_out != nullptr ? res_out : x) + j * VEC, v); };
-  auto write_y = [&](int j, const float (&v)[VEC], float mu, float rs) {
+  __device__ __forceinline__ void reload(int j, float (&v)[VEC]) const {
+    load_vec<VEC>((res_out != nullptr ? res_out : x) + j * VEC, v);
+  }
+  __device__ __forceinline__ void write_y(int j, const float (&v)[VEC], float mu, float rs) const {
     float wv[VEC], bv[VEC], out[VEC];
     load_vec<VEC>(w + j * VEC, wv);
     if (b != nullptr) load_vec<VEC>(b + j * VEC, bv);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) out[i] = (v[i] - mu) * rs * wv[i] + (b != nullptr ? bv[i] : 0.f);
     store_vec<VEC>(y + j * VEC, out);
-  };
+  }
 
-  float mu = 0.f, rs;
-  if constexpr (ITERS > 0) {
-    float v[ITERS][VEC];
+  // Cached passes. Load: returns this thread's sum of its elements.
+  template <int ITERS>
+  __device__ __forceinline__ float load_cached(float (&v)[ITERS][VEC]) const {
     float sum = 0.f;
 #pragma unroll
     for (int k = 0; k < ITERS; ++k) {
@@ -109,7 +121,11 @@ __global__ void __launch_bounds__(512) norm_fwd_kernel(FwdParams p) {
         for (int i = 0; i < VEC; ++i) sum += v[k][i];
       }
     }
-    if (!p.rms) mu = row_sum2(sum, 0.f, smem).x / float(h);
+    return sum;
+  }
+  // This thread's sum of (v - mu)^2.
+  template <int ITERS>
+  __device__ __forceinline__ float squares_cached(const float (&v)[ITERS][VEC], float mu) const {
     float sq = 0.f;
 #pragma unroll
     for (int k = 0; k < ITERS; ++k) {
@@ -119,32 +135,66 @@ __global__ void __launch_bounds__(512) norm_fwd_kernel(FwdParams p) {
         for (int i = 0; i < VEC; ++i) sq += (v[k][i] - mu) * (v[k][i] - mu);
       }
     }
-    rs = rsqrtf(row_sum2(sq, 0.f, smem).x / float(h) + p.eps);
+    return sq;
+  }
+  template <int ITERS>
+  __device__ __forceinline__ void normalize_cached(const float (&v)[ITERS][VEC], float mu, float rs) const {
 #pragma unroll
     for (int k = 0; k < ITERS; ++k) {
       const int j = threadIdx.x + k * blockDim.x;
       if (j < nvec) write_y(j, v[k], mu, rs);
     }
-  } else {
-    float v[VEC];
+  }
+
+  // Uncached passes, the same three; `v` is scratch for one vector.
+  __device__ __forceinline__ float load_uncached(float (&v)[VEC]) const {
     float sum = 0.f;
     for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
       first_load(j, v);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) sum += v[i];
     }
-    if (!p.rms) mu = row_sum2(sum, 0.f, smem).x / float(h);
+    return sum;
+  }
+  __device__ __forceinline__ float squares_uncached(float (&v)[VEC], float mu) const {
     float sq = 0.f;
     for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
       reload(j, v);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) sq += (v[i] - mu) * (v[i] - mu);
     }
-    rs = rsqrtf(row_sum2(sq, 0.f, smem).x / float(h) + p.eps);
+    return sq;
+  }
+  __device__ __forceinline__ void normalize_uncached(float (&v)[VEC], float mu, float rs) const {
     for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
       reload(j, v);
       write_y(j, v, mu, rs);
     }
+  }
+};
+
+template <class T, class W, int VEC, int ITERS>
+__global__ void __launch_bounds__(512) norm_fwd_kernel(FwdParams p) {
+  __shared__ float2 smem[32];
+  const int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  if (row >= p.rows) return;  // uniform per row group (see row_sum2)
+  const int h = p.h;
+  const FwdRow<T, W, VEC> r(p, row);
+  float mu = 0.f, rs;
+  if constexpr (ITERS > 0) {
+    float v[ITERS][VEC];
+    const float sum = r.load_cached(v);
+    if (!p.rms) mu = row_sum2(sum, 0.f, smem).x / float(h);
+    const float sq = r.squares_cached(v, mu);
+    rs = rsqrtf(row_sum2(sq, 0.f, smem).x / float(h) + p.eps);
+    r.normalize_cached(v, mu, rs);
+  } else {
+    float v[VEC];
+    const float sum = r.load_uncached(v);
+    if (!p.rms) mu = row_sum2(sum, 0.f, smem).x / float(h);
+    const float sq = r.squares_uncached(v, mu);
+    rs = rsqrtf(row_sum2(sq, 0.f, smem).x / float(h) + p.eps);
+    r.normalize_uncached(v, mu, rs);
   }
   if (threadIdx.x == 0) {
     p.rstd[row] = rs;
