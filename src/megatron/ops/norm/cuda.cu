@@ -250,38 +250,59 @@ __host__ __device__ constexpr int bwd_stage_bytes(int nt, int iters, int tpr, in
 }
 constexpr int kMaxStages = 4;
 
-// Row-cached backward (ITERS > 0). Each row group walks its rows (slot, slot + num_slots, ...) through a
-// p.stages-deep ring of shared-memory stages: the copies of row i + stages - 1 are issued before row i is
-// processed, so that its loads overlap this row's reductions and stores. dweight/dbias partials of the
-// thread's columns stay in registers until the end.
-template <class T, class W, int VEC, int ITERS, bool kBias, int MINB>
-__global__ void __launch_bounds__(512, MINB) norm_bwd_kernel(BwdParams p) {
-  static_assert(ITERS > 0);
+// One row group of the row-cached backward as this thread sees it: its ring of p.stages shared-memory stages
+// (stage s holds this thread's vectors of x, dy[, dresidual], then the row's statistics per warp), the
+// copies that fill a stage, and the passes over the row in a stage. The dweight/dbias partials are the
+// caller's register arrays, passed in.
+template <class T, class W, int VEC, int ITERS, bool kBias>
+struct BwdRowGroup {
   using V = Vec<T, VEC>;
-  __shared__ float2 red[32];
-  extern __shared__ __align__(16) unsigned char bwd_smem[];
-  const int h = p.h, nvec = h / VEC, tpr = int(blockDim.x), tid = int(threadIdx.x);
-  const int lane = tid & 31, warp = tid >> 5;
-  const int64_t slot = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
-  const int64_t num_slots = int64_t(gridDim.x) * blockDim.y;
-  const bool has_mean = p.mean != nullptr, has_dres = p.dresidual != nullptr;
-  const int nt = has_dres ? 3 : 2, S = p.stages;
-  const int stage_bytes = bwd_stage_bytes(nt, ITERS, tpr, int(sizeof(V)));
-  unsigned char* my = bwd_smem + size_t(threadIdx.y) * S * stage_bytes;
-  auto tile = [&](int s, int t, int k) {
+  const BwdParams& p;
+  const int h, nvec, tpr, tid, lane, warp;
+  const int64_t slot;       // this row group's row of the partials scratch
+  const int64_t num_slots;  // row groups in the grid: the stride of this one's rows
+  const bool has_mean, has_dres;
+  const int nt, stages, stage_bytes;
+  unsigned char* const my;  // this row group's stages
+  const T* const xg;
+  const T* const dyg;
+  const T* const drg;
+  const W* const w;
+
+  __device__ __forceinline__ BwdRowGroup(const BwdParams& params, unsigned char* smem)
+      : p(params),
+        h(p.h),
+        nvec(h / VEC),
+        tpr(int(blockDim.x)),
+        tid(int(threadIdx.x)),
+        lane(tid & 31),
+        warp(tid >> 5),
+        slot(int64_t(blockIdx.x) * blockDim.y + threadIdx.y),
+        num_slots(int64_t(gridDim.x) * blockDim.y),
+        has_mean(p.mean != nullptr),
+        has_dres(p.dresidual != nullptr),
+        nt(has_dres ? 3 : 2),
+        stages(p.stages),
+        stage_bytes(bwd_stage_bytes(nt, ITERS, tpr, int(sizeof(V)))),
+        my(smem + size_t(threadIdx.y) * stages * stage_bytes),
+        xg(static_cast<const T*>(p.x)),
+        dyg(static_cast<const T*>(p.dy)),
+        drg(static_cast<const T*>(p.dresidual)),
+        w(static_cast<const W*>(p.weight)) {}
+
+  // Tensor t's (0: x, 1: dy, 2: dresidual) vector k of this thread in stage s.
+  __device__ __forceinline__ V* tile(int s, int t, int k) const {
     return reinterpret_cast<V*>(my + s * stage_bytes) + (t * ITERS + k) * tpr + tid;
-  };
-  auto stats = [&](int s) {
+  }
+  // This warp's (rstd, mean) in stage s.
+  __device__ __forceinline__ float* stats(int s) const {
     return reinterpret_cast<float*>(my + s * stage_bytes + (nt * ITERS * tpr * int(sizeof(V)) + 15) / 16 * 16) +
            warp * 2;
-  };
-  const T* xg = static_cast<const T*>(p.x);
-  const T* dyg = static_cast<const T*>(p.dy);
-  const T* drg = static_cast<const T*>(p.dresidual);
-  const W* w = static_cast<const W*>(p.weight);
+  }
+
   // Issues the copies of `row` into stage s (nothing past the last row) and commits them as one group.
   // Lanes 0 and 1 of each warp copy the row's statistics for their warp.
-  auto issue = [&](int64_t row, int s) {
+  __device__ __forceinline__ void issue(int64_t row, int s) const {
     if (row < p.rows) {
       const int64_t base = row * h;
 #pragma unroll
@@ -297,27 +318,19 @@ __global__ void __launch_bounds__(512, MINB) norm_bwd_kernel(BwdParams p) {
       if (lane == 1 && has_mean) copy_to_shared<4>(stats(s) + 1, p.mean + row);
     }
     cp_async_commit();
-  };
+  }
 
-  float acc_w[ITERS][VEC], acc_b[ITERS][VEC];
+  static __device__ __forceinline__ void zero_partials(float (&acc_w)[ITERS][VEC], float (&acc_b)[ITERS][VEC]) {
 #pragma unroll
-  for (int k = 0; k < ITERS; ++k)
+    for (int k = 0; k < ITERS; ++k)
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) acc_w[k][i] = acc_b[k][i] = 0.f;
-  const float inv_h = 1.f / float(h);
+      for (int i = 0; i < VEC; ++i) acc_w[k][i] = acc_b[k][i] = 0.f;
+  }
 
-  for (int s = 0; s < S - 1; ++s) issue(slot + s * num_slots, s);
-  int cur = 0;  // stage holding `row`
-  // Every thread of a row group runs the same number of iterations (uniform __syncthreads in row_sum2).
-  for (int64_t row = slot; row < p.rows; row += num_slots) {
-    // The stage refilled here was consumed in the previous iteration: this thread's own reads of it fed the
-    // stores already issued, and the other lanes' reads of the statistics precede this barrier.
-    __syncwarp();
-    issue(row + int64_t(S - 1) * num_slots, cur == 0 ? S - 1 : cur - 1);
-    cp_async_wait(S - 1);
-    __syncwarp();  // makes lanes 0/1's statistics copies visible to the warp
-    const float rs = stats(cur)[0], mu = has_mean ? stats(cur)[1] : 0.f;
-    float sum_g = 0.f, sum_gx = 0.f;
+  // First pass over the row in stage `cur`: adds its dweight (and dbias) terms to the partials and this
+  // thread's terms of the row sums sum(g) and sum(g * xhat), g = dy * weight, to sum_g and sum_gx.
+  __device__ __forceinline__ void accumulate(int cur, float mu, float rs, float (&acc_w)[ITERS][VEC],
+                                             float (&acc_b)[ITERS][VEC], float& sum_g, float& sum_gx) const {
 #pragma unroll
     for (int k = 0; k < ITERS; ++k) {
       const int j = tid + k * tpr;
@@ -335,8 +348,11 @@ __global__ void __launch_bounds__(512, MINB) norm_bwd_kernel(BwdParams p) {
         }
       }
     }
-    const float2 s2 = row_sum2(sum_g, sum_gx, red);
-    const float mean_g = has_mean ? s2.x * inv_h : 0.f, mean_gx = s2.y * inv_h;
+  }
+
+  // Second pass: dx of `row` (+ dresidual) from the stage and the reduced row means of g and g * xhat.
+  __device__ __forceinline__ void write_dx(int64_t row, int cur, float mu, float rs, float mean_g,
+                                           float mean_gx) const {
     T* dx = static_cast<T*>(p.dx) + row * h;
 #pragma unroll
     for (int k = 0; k < ITERS; ++k) {
@@ -355,33 +371,75 @@ __global__ void __launch_bounds__(512, MINB) norm_bwd_kernel(BwdParams p) {
         store_vec<VEC>(dx + j * VEC, out);
       }
     }
-    cur = cur + 1 == S ? 0 : cur + 1;
   }
-  cp_async_wait(0);  // only empty groups can be pending here
-  float* dw_part = p.dw_part + slot * h;
-  float* db_part = kBias ? p.db_part + slot * h : nullptr;
+
+  // Writes the partials of this thread's columns to this slot's row of the F32 scratch.
+  __device__ __forceinline__ void store_partials(const float (&acc_w)[ITERS][VEC],
+                                                 const float (&acc_b)[ITERS][VEC]) const {
+    float* dw_part = p.dw_part + slot * h;
+    float* db_part = kBias ? p.db_part + slot * h : nullptr;
 #pragma unroll
-  for (int k = 0; k < ITERS; ++k) {
-    const int j = tid + k * tpr;
-    if (j < nvec) {
-      if constexpr (VEC % 4 == 0) {
+    for (int k = 0; k < ITERS; ++k) {
+      const int j = tid + k * tpr;
+      if (j < nvec) {
+        if constexpr (VEC % 4 == 0) {
 #pragma unroll
-        for (int i = 0; i < VEC; i += 4) {
-          *reinterpret_cast<float4*>(dw_part + j * VEC + i) =
-              make_float4(acc_w[k][i], acc_w[k][i + 1], acc_w[k][i + 2], acc_w[k][i + 3]);
-          if constexpr (kBias)
-            *reinterpret_cast<float4*>(db_part + j * VEC + i) =
-                make_float4(acc_b[k][i], acc_b[k][i + 1], acc_b[k][i + 2], acc_b[k][i + 3]);
-        }
-      } else {
+          for (int i = 0; i < VEC; i += 4) {
+            *reinterpret_cast<float4*>(dw_part + j * VEC + i) =
+                make_float4(acc_w[k][i], acc_w[k][i + 1], acc_w[k][i + 2], acc_w[k][i + 3]);
+            if constexpr (kBias)
+              *reinterpret_cast<float4*>(db_part + j * VEC + i) =
+                  make_float4(acc_b[k][i], acc_b[k][i + 1], acc_b[k][i + 2], acc_b[k][i + 3]);
+          }
+        } else {
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          dw_part[j * VEC + i] = acc_w[k][i];
-          if constexpr (kBias) db_part[j * VEC + i] = acc_b[k][i];
+          for (int i = 0; i < VEC; ++i) {
+            dw_part[j * VEC + i] = acc_w[k][i];
+            if constexpr (kBias) db_part[j * VEC + i] = acc_b[k][i];
+          }
         }
       }
     }
   }
+};
+
+// Row-cached backward (ITERS > 0). Each row group walks its rows (slot, slot + num_slots, ...) through a
+// p.stages-deep ring of shared-memory stages: the copies of row i + stages - 1 are issued before row i is
+// processed, so that its loads overlap this row's reductions and stores. dweight/dbias partials of the
+// thread's columns stay in registers until the end.
+template <class T, class W, int VEC, int ITERS, bool kBias, int MINB>
+__global__ void __launch_bounds__(512, MINB) norm_bwd_kernel(BwdParams p) {
+  static_assert(ITERS > 0);
+  __shared__ float2 red[32];
+  extern __shared__ __align__(16) unsigned char bwd_smem[];
+  const BwdRowGroup<T, W, VEC, ITERS, kBias> g(p, bwd_smem);
+  const int64_t slot = g.slot, num_slots = g.num_slots;
+  const int S = g.stages;
+
+  float acc_w[ITERS][VEC], acc_b[ITERS][VEC];
+  g.zero_partials(acc_w, acc_b);
+  const float inv_h = 1.f / float(g.h);
+
+  for (int s = 0; s < S - 1; ++s) g.issue(slot + s * num_slots, s);
+  int cur = 0;  // stage holding `row`
+  // Every thread of a row group runs the same number of iterations (uniform __syncthreads in row_sum2).
+  for (int64_t row = slot; row < p.rows; row += num_slots) {
+    // The stage refilled here was consumed in the previous iteration: this thread's own reads of it fed the
+    // stores already issued, and the other lanes' reads of the statistics precede this barrier.
+    __syncwarp();
+    g.issue(row + int64_t(S - 1) * num_slots, cur == 0 ? S - 1 : cur - 1);
+    cp_async_wait(S - 1);
+    __syncwarp();  // makes lanes 0/1's statistics copies visible to the warp
+    const float rs = g.stats(cur)[0], mu = g.has_mean ? g.stats(cur)[1] : 0.f;
+    float sum_g = 0.f, sum_gx = 0.f;
+    g.accumulate(cur, mu, rs, acc_w, acc_b, sum_g, sum_gx);
+    const float2 s2 = row_sum2(sum_g, sum_gx, red);
+    const float mean_g = g.has_mean ? s2.x * inv_h : 0.f, mean_gx = s2.y * inv_h;
+    g.write_dx(row, cur, mu, rs, mean_g, mean_gx);
+    cur = cur + 1 == S ? 0 : cur + 1;
+  }
+  cp_async_wait(0);  // only empty groups can be pending here
+  g.store_partials(acc_w, acc_b);
 }
 
 // Wide rows (more than kBwdCap elements per thread): partials accumulate in this slot's scratch row; each
