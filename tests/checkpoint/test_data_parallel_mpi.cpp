@@ -16,11 +16,11 @@
 #include "megatron/checkpoint/rank_exchange.h"
 #include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/train/flags.h"
+#include "megatron/train/model_config.h"
 #include "megatron/trainer/trainer.h"
 #include "mpi_world.h"
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
-#include "megatron/train/model_config.h"
 #endif
 
 namespace megatron::checkpoint {

@@ -12,7 +12,7 @@
 //     (dropout on: the same masks, or the losses would differ by far more);
 //   - replicated parameters get bit-identical gradients on every TP rank.
 // Column-/row-parallel linears in every mode (gather_output, input_is_parallel, SP) are checked against
-// nn::Linear on the whole tensors. Suite TensorParallelGpu: TP = 2 with and without SP on two GPUs (NCCL, overlapped collectives) in bf16
+// the TP = 1 layer on the whole tensors. Suite TensorParallelGpu: TP = 2 with and without SP on two GPUs (NCCL, overlapped collectives) in bf16
 // against TP = 1 on each rank's GPU.
 #include <gtest/gtest.h>
 
@@ -27,10 +27,10 @@
 #include "megatron/nn/gpt_model.h"
 #include "megatron/nn/row_parallel_linear.h"
 #include "megatron/nn/parameter_shard.h"
+#include "megatron/train/model_config.h"
 #include "mpi_world.h"
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
-#include "megatron/train/model_config.h"
 #endif
 
 namespace megatron::nn {
