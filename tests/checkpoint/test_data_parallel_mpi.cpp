@@ -77,7 +77,7 @@ struct Process {
   }
   TrainingState state() {
     TrainingState s;
-    s.model = model.get();
+    s.model = {model.get()};
     s.optimizer = &trainer->optimizer();
     if (const optim::DistributedOptimizer* d = trainer->distributed_optimizer()) s.optimizer_ranges = d->param_ranges();
     s.dp_rank = pc->dp().rank();

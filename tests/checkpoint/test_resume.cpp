@@ -73,7 +73,7 @@ struct TrainingRun {
     trainer = std::make_unique<trainer::Trainer>(*ctx, args, *model);
   }
   TrainingState state() {
-    return {.model = model.get(), .optimizer = &trainer->optimizer(), .scheduler = &trainer->mutable_scheduler(),
+    return {.model = {model.get()}, .optimizer = &trainer->optimizer(), .scheduler = &trainer->mutable_scheduler(),
             .scaler = trainer->mutable_loss_scaler(), .args = &args, .iteration = iteration,
             .consumed_train_samples = train.consumed(), .consumed_valid_samples = valid.consumed()};
   }

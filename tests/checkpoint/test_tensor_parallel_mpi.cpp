@@ -95,7 +95,7 @@ struct Process {
   }
   TrainingState state() {
     TrainingState s;
-    s.model = model.get();
+    s.model = {model.get()};
     s.optimizer = &trainer->optimizer();
     if (const optim::DistributedOptimizer* d = trainer->distributed_optimizer()) s.optimizer_ranges = d->param_ranges();
     s.dp_rank = pc->dp().rank();
@@ -382,7 +382,7 @@ TEST(TensorParallelCheckpointVocabulary, LoadsAcrossPaddedVocabularySizes) {
   auto ctx = Context::cpu();
   nn::GPTModel other_model(*ctx, train::transformer_config(other.model, DType::F32, 5, 1));
   TrainingState s;
-  s.model = &other_model;
+  s.model = {&other_model};
   CheckpointReader reader = CheckpointReader::open(root / "tp1");
   testing::expect_error([&] { load_training_checkpoint(*ctx, reader, s, {}); },
                         {"another architecture", "--vocab-size: checkpoint 4099, this run 4100"});

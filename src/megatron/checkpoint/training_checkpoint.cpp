@@ -14,6 +14,18 @@ namespace megatron::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
+// Every parameter of every model chunk, in model order.
+nn::ParameterList model_parameters(const TrainingState& state) {
+  nn::ParameterList all;
+  for (nn::GPTModel* chunk : state.model)
+    for (nn::Parameter* p : chunk->parameters()) all.push_back(p);
+  return all;
+}
+
+}  // namespace
+
+namespace {
+
 const std::string kFp32Param = "optimizer.state.fp32_param.";
 const std::string kExpAvg = "optimizer.state.exp_avg.";
 const std::string kExpAvgSq = "optimizer.state.exp_avg_sq.";
@@ -316,10 +328,10 @@ void load_optimizer_state(const ParameterLoader& load_pieces, const nlohmann::js
 }  // namespace
 
 std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_optim) {
-  MEGATRON_CHECK(state.model != nullptr, "save_training_checkpoint: no model");
+  MEGATRON_CHECK(!state.model.empty(), "save_training_checkpoint: no model");
   MEGATRON_CHECK(state.dp_size >= 1 && state.dp_rank >= 0 && state.dp_rank < state.dp_size,
                  "save_training_checkpoint: data-parallel rank ", state.dp_rank, " of ", state.dp_size);
-  const nn::ParameterList params = state.model->parameters();
+  const nn::ParameterList params = model_parameters(state);
   const std::vector<Placed> placed = place_parameters(state, params);
   std::vector<SaveItem> items;
   std::vector<int> tp_replica;     // per item
@@ -396,8 +408,8 @@ std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_
 }
 
 nlohmann::json training_state_json(const TrainingState& state, bool save_optim, bool save_rng) {
-  MEGATRON_CHECK(state.model != nullptr && state.args != nullptr, "save_training_checkpoint: model and args required");
-  const nn::TransformerConfig& config = state.model->config();
+  MEGATRON_CHECK(!state.model.empty() && state.args != nullptr, "save_training_checkpoint: model and args required");
+  const nn::TransformerConfig& config = state.model.front()->config();
   nlohmann::json j;
   j["iteration"] = state.iteration;
   j["consumed_train_samples"] = state.consumed_train_samples;
@@ -466,11 +478,11 @@ CheckpointPreview preview_checkpoint(const fs::path& root) {
 
 LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, TrainingState& state,
                                         const train::CheckpointArguments& flags) {
-  MEGATRON_CHECK(state.model != nullptr, "load_training_checkpoint: no model");
+  MEGATRON_CHECK(!state.model.empty(), "load_training_checkpoint: no model");
   const nlohmann::json& saved = reader.state();
-  check_same_architecture(reader, saved, state.model->config());
+  check_same_architecture(reader, saved, state.model.front()->config());
 
-  const nn::ParameterList params = state.model->parameters();
+  const nn::ParameterList params = model_parameters(state);
   const std::vector<Placed> placed = place_parameters(state, params);
   LoadedTraining out;
   const ParameterLoader load_pieces{ctx, reader, params, placed, out};

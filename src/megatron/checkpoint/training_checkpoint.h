@@ -82,7 +82,9 @@ ParameterPlacement tensor_parallel_placement(const nn::Parameter& p);
 using ParameterPlacementFn = std::function<ParameterPlacement(const nn::Parameter&)>;
 
 struct TrainingState {
-  nn::GPTModel* model = nullptr;                      // required
+  // This rank's model chunks (one without virtual pipeline stages; a pipeline rank holds its stages' layers,
+  // named by global layer number); required.
+  std::vector<nn::GPTModel*> model;
   // The AdamW in use: the replicated optimizer (entry i = parameter i, whole) or the distributed
   // optimizer's (DistributedOptimizer::adamw(), entry i = optimizer_ranges[i]). Optional (converted
   // checkpoints have none).
@@ -146,7 +148,7 @@ struct LoadedTraining {
   // The checkpoint's padded vocabulary when it differs from the model's (rows resized as above); 0 when equal.
   int64_t resized_from_padded_vocab = 0;
 };
-// Loads into state.model (and optimizer/scheduler/scaler per the flags). Throws before touching anything
+// Loads into state.model's chunks (and optimizer/scheduler/scaler per the flags). Throws before touching anything
 // when the architecture differs, listing every difference. With several ranks each calls it with its own
 // state and reader (no communication): it reads the pieces it holds, whatever layout saved them.
 LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, TrainingState& state,

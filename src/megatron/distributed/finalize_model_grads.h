@@ -9,8 +9,9 @@
 // Expert parameters (placement.expert >= 0) are reduced over their expert-data-parallel group in step 1 once
 // MoE exists; until then the data-parallel side refuses them.
 // The reductions are sums, so their order does not change the result; with the distributed optimizer only
-// this rank's shard of each bucket is meaningful after step 1, and steps 2-3 keep it so (every rank of a TP or
-// embedding group has the same buffer layout, so each owns the same shard positions).
+// this rank's shard of each bucket is meaningful after step 1, and steps 2-3 keep it so: the ranks of a TP group
+// have the same buffer layout, and a shared embedding has a bucket of its own on both pipeline stages
+// (param_and_grad_buffer.h), so each rank of a group owns the same shard positions of what is summed.
 #pragma once
 
 #include "megatron/comm/communicator.h"

@@ -11,6 +11,7 @@
 #include "megatron/parallel/parallel_context.h"
 #include "megatron/train/flags.h"
 #include "megatron/train/model_config.h"
+#include "megatron/trainer/model_chunks.h"
 #include "megatron/trainer/train_loop.h"
 
 namespace megatron::trainer {
@@ -73,25 +74,31 @@ parallel::ParallelSizes parallel_sizes(const train::ParallelArguments& p) {
           .expert_model_parallel = p.expert_model_parallel_size};
 }
 
-// Rank 0: the device, the parameter count (replicated parameters once) and the model state's estimated bytes
-// per rank.
-void report_parameters(nn::GPTModel& model, const train::Arguments& args, const parallel::ParallelContext& parallel,
-                       Device device) {
-  const int64_t on_this_rank = nn::count_elements(model.parameters());
+// Rank 0: the device, the parameter count (over every stage, replicated parameters once), the model state's
+// estimated bytes per rank and, with pipelining, the layers of each stage.
+void report_parameters(const std::vector<nn::GPTModel*>& chunks, const train::Arguments& args,
+                       const parallel::ParallelContext& parallel, Device device) {
+  int64_t on_this_rank = 0;
   double total[1] = {0};
-  for (const nn::Parameter* p : model.parameters())
-    if (!p->placement.duplicate()) total[0] += double(p->value.numel());
-  if (parallel.tp().member()) parallel.tp().comm->all_reduce_host(total, comm::ReduceOp::Sum);
+  for (nn::GPTModel* chunk : chunks)
+    for (const nn::Parameter* p : chunk->parameters()) {
+      on_this_rank += p->value.numel();
+      if (!p->placement.duplicate()) total[0] += double(p->value.numel());
+    }
+  if (parallel.model_parallel().member()) parallel.model_parallel().comm->all_reduce_host(total, comm::ReduceOp::Sum);
   if (parallel.world_rank() != 0) return;
+  if (parallel.pp_size() > 1)
+    std::cout << "pipeline stages (layers per model chunk): "
+              << parallel::describe(parallel::split_layers(pipeline_split_config(args))) << "\n";
   // Weights in the parameter dtype, fp32 main grads, fp32 master (unless fp32 params) and two moments (the
   // last two divided over DP by the distributed optimizer).
-  const DType dtype = model.config().params_dtype;
+  const DType dtype = chunks.front()->config().params_dtype;
   const double optimizer_bytes = double((dtype == DType::F32 ? 0 : 4) + 8) /
                                  (args.parallel.use_distributed_optimizer ? double(parallel.dp_size()) : 1.0);
   const double bytes_per_param = double(dtype_size(dtype)) + 4 + optimizer_bytes;
   std::cout << "device: " << device << (parallel.world_size() > 1 ? " (rank 0)" : "") << ", parameters: "
             << int64_t(total[0]) << " (" << total[0] / 1e6 << " M)"
-            << (parallel.tp_size() > 1 ? str_cat(", ", on_this_rank, " on this tensor-parallel rank") : std::string())
+            << (parallel.tp_size() * parallel.pp_size() > 1 ? str_cat(", ", on_this_rank, " on this rank") : std::string())
             << ", estimated weights + grads + optimizer state per rank: "
             << gib(double(on_this_rank) * bytes_per_param) << " (activations not included)\n";
 }
@@ -123,10 +130,10 @@ std::unique_ptr<TrainingData> load_data(const train::Arguments& args, int64_t eo
 int pretrain(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
   train::Arguments args = train::parse_arguments(argv);
   args.parallel.world_size = mpi.world_size();
-  MEGATRON_CHECK(args.parallel.pipeline_model_parallel_size * args.parallel.context_parallel_size *
-                         args.parallel.expert_model_parallel_size == 1,
-                 "pipeline, context and expert parallelism are not implemented yet; tensor (with --sequence-parallel) "
-                 "and data parallelism are: mpirun -np N pretrain_gpt --tensor-model-parallel-size T ...");
+  MEGATRON_CHECK(args.parallel.context_parallel_size * args.parallel.expert_model_parallel_size == 1,
+                 "context and expert parallelism are not implemented yet; tensor (with --sequence-parallel), pipeline "
+                 "and data parallelism are: mpirun -np N pretrain_gpt --tensor-model-parallel-size T "
+                 "--pipeline-model-parallel-size P ...");
   const int64_t eod = configure_vocabulary(args);
 
   const Device device = pick_device(args.training.device, mpi);
@@ -137,14 +144,17 @@ int pretrain(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) 
   if (world->rank() == 0) std::cout << train::describe_arguments(args) << parallel.describe() << std::flush;
 
   RunCheckpoints checkpoints(*ctx, args, *world);
-  nn::GPTModel model(*ctx, train::transformer_config(args, checkpoints.model_seed()),
-                     parallel::TensorParallel::create(*ctx, parallel.tp().comm, args.parallel.sequence_parallel));
-  report_parameters(model, args, parallel, device);
+  const std::vector<std::unique_ptr<nn::GPTModel>> owned_chunks = build_model_chunks(
+      *ctx, train::transformer_config(args, checkpoints.model_seed()),
+      parallel::TensorParallel::create(*ctx, parallel.tp().comm, args.parallel.sequence_parallel), args,
+      parallel.pp().rank());
+  const std::vector<nn::GPTModel*> chunks = chunk_pointers(owned_chunks);
+  report_parameters(chunks, args, parallel, device);
   const std::unique_ptr<TrainingData> data = load_data(args, eod, *world);
   RunStreams streams{data->stream(data::Split::train), data->stream(data::Split::valid), data->stream(data::Split::test)};
-  Trainer trainer(*ctx, args, model, parallel);
+  Trainer trainer(*ctx, args, chunks, parallel);
   report_optimizer_state(trainer, args, *world);
-  checkpoints.attach(model, trainer);
+  checkpoints.attach(chunks, trainer);
   const int64_t start_iteration = checkpoints.load(streams.train, streams.valid);
 
   TrainLoop(*ctx, args, trainer, checkpoints, streams, *world).run(start_iteration);

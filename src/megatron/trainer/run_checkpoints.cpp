@@ -32,11 +32,11 @@ uint64_t RunCheckpoints::model_seed() const {
   return uint64_t(args_.training.seed);
 }
 
-void RunCheckpoints::attach(nn::GPTModel& model, Trainer& trainer) {
+void RunCheckpoints::attach(std::vector<nn::GPTModel*> chunks, Trainer& trainer) {
   trainer_ = &trainer;
   const optim::DistributedOptimizer* dist = trainer.distributed_optimizer();
   state_ = checkpoint::TrainingState{
-      .model = &model,
+      .model = std::move(chunks),
       .optimizer = &trainer.optimizer(),
       .optimizer_ranges = dist ? dist->param_ranges() : std::vector<optim::DistributedOptimizer::ParamRange>{},
       .dp_rank = trainer.parallel().dp().rank(),
@@ -55,7 +55,7 @@ std::pair<double, double> RunCheckpoints::totals(double bytes, double seconds) {
 
 int64_t RunCheckpoints::load(SampleStream& train, SampleStream& valid) {
   if (!preview_) return 0;
-  MEGATRON_CHECK(state_.model != nullptr, "RunCheckpoints::load: attach() the model and trainer first");
+  MEGATRON_CHECK(!state_.model.empty(), "RunCheckpoints::load: attach() the model and trainer first");
   checkpoint::CheckpointReader reader = checkpoint::CheckpointReader::open(preview_->directory);
   const auto t0 = std::chrono::steady_clock::now();
   const checkpoint::LoadedTraining loaded = checkpoint::load_training_checkpoint(ctx_, reader, state_, args_.checkpoint);
@@ -67,7 +67,7 @@ int64_t RunCheckpoints::load(SampleStream& train, SampleStream& valid) {
             << (loaded.optimizer_loaded ? ", with optimizer state" : ", weights only") << "): " << bytes / 1e9
             << " GB read" << (world_.size() > 1 ? " by all ranks" : "") << " in " << seconds << " s ("
             << bytes / 1e9 / seconds << " GB/s); resuming at iteration " << loaded.iteration + 1 << "\n";
-  const int64_t padded = state_.model->config().padded_vocab_size;
+  const int64_t padded = state_.model.front()->config().padded_vocab_size;
   if (loaded.resized_from_padded_vocab > 0)
     std::cout << "WARNING: the checkpoint's padded vocabulary is " << loaded.resized_from_padded_vocab
               << " rows, this run's " << padded << " (--make-vocab-size-divisible-by "
@@ -83,7 +83,7 @@ int64_t RunCheckpoints::load(SampleStream& train, SampleStream& valid) {
 void RunCheckpoints::save(int64_t iteration, const SampleStream& train, const SampleStream& valid) {
   const train::CheckpointArguments& flags = args_.checkpoint;
   if (flags.save.empty() || iteration == last_saved_) return;
-  MEGATRON_CHECK(state_.model != nullptr, "RunCheckpoints::save: attach() the model and trainer first");
+  MEGATRON_CHECK(!state_.model.empty(), "RunCheckpoints::save: attach() the model and trainer first");
   state_.iteration = iteration;
   state_.consumed_train_samples = train.consumed();
   state_.consumed_valid_samples = valid.consumed();

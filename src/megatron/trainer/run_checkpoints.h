@@ -28,8 +28,8 @@ class RunCheckpoints {
 
   // The seed the model is built with: the checkpoint's when the run resumes with its RNG state, else --seed.
   uint64_t model_seed() const;
-  // Binds the model and the trainer whose state is saved and loaded.
-  void attach(nn::GPTModel& model, Trainer& trainer);
+  // Binds the model chunks and the trainer whose state is saved and loaded.
+  void attach(std::vector<nn::GPTModel*> chunks, Trainer& trainer);
 
   // Loads --load (when it holds a checkpoint) and positions the streams; returns the iteration it holds (0
   // with --finetune or a release checkpoint, or when there is nothing to load).

@@ -1,5 +1,6 @@
 #include "megatron/trainer/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "megatron/distributed/finalize_model_grads.h"
@@ -19,7 +20,7 @@ std::vector<optim::AdamWParam> adamw_params(const nn::ParameterList& params) {
 Trainer::Trainer(Context& ctx, const train::Arguments& args, nn::GPTModel& model)
     : ctx_(ctx),
       args_(args),
-      model_(model),
+      chunks_{&model},
       own_parallel_(std::make_unique<parallel::ParallelContext>(parallel::ParallelContext::single(ctx.device()))),
       parallel_(own_parallel_.get()),
       scheduler_(optim::schedule_from_arguments(args.training)),
@@ -29,9 +30,13 @@ Trainer::Trainer(Context& ctx, const train::Arguments& args, nn::GPTModel& model
 
 Trainer::Trainer(Context& ctx, const train::Arguments& args, nn::GPTModel& model,
                  const parallel::ParallelContext& parallel)
+    : Trainer(ctx, args, std::vector<nn::GPTModel*>{&model}, parallel) {}
+
+Trainer::Trainer(Context& ctx, const train::Arguments& args, std::vector<nn::GPTModel*> chunks,
+                 const parallel::ParallelContext& parallel)
     : ctx_(ctx),
       args_(args),
-      model_(model),
+      chunks_(std::move(chunks)),
       parallel_(&parallel),
       scheduler_(optim::schedule_from_arguments(args.training)),
       scaler_(optim::make_loss_scaler(args.training)) {
@@ -44,11 +49,19 @@ void Trainer::setup() {
   const auto& t = args_.training;
   const auto& p = args_.parallel;
   const int dp = parallel_->dp_size();
-  MEGATRON_CHECK(parallel_->pp_size() == 1 && parallel_->cp_size() == 1,
-                 "Trainer: pipeline and context parallelism are not implemented yet (", parallel_->describe(), ")");
-  MEGATRON_CHECK(model_.tensor_parallel().size() == parallel_->tp_size(), "Trainer: the model is split over ",
-                 model_.tensor_parallel().size(), " tensor-parallel ranks but the parallel context has TP ",
-                 parallel_->tp_size(), " (build the GPTModel with the context's TP group)");
+  MEGATRON_CHECK(parallel_->cp_size() == 1, "Trainer: context parallelism is not implemented yet (",
+                 parallel_->describe(), ")");
+  MEGATRON_CHECK(!chunks_.empty() && int(chunks_.size()) == p.virtual_pipeline_size, "Trainer: ", chunks_.size(),
+                 " model chunks for ", p.virtual_pipeline_size, " virtual pipeline stages per rank");
+  for (const nn::GPTModel* chunk : chunks_)
+    MEGATRON_CHECK(chunk->tensor_parallel().size() == parallel_->tp_size(), "Trainer: the model is split over ",
+                   chunk->tensor_parallel().size(), " tensor-parallel ranks but the parallel context has TP ",
+                   parallel_->tp_size(), " (build the GPTModel with the context's TP group)");
+  MEGATRON_CHECK(parallel_->pp_size() == p.pipeline_model_parallel_size, "Trainer: the arguments give a pipeline ",
+                 "size of ", p.pipeline_model_parallel_size, " but the parallel context has PP ", parallel_->pp_size());
+  if (parallel_->pp_size() > 1)
+    p2p_ = std::make_unique<pipeline::PipelineComm>(
+        pipeline::PipelineComm::create(*parallel_->pp().comm, !p.no_overlap_p2p_communication));
   MEGATRON_CHECK(args_.data_parallel_size() == dp, "Trainer: the arguments give a data-parallel size of ",
                  args_.data_parallel_size(), " (world size ", p.world_size, ") but the parallel context has DP ", dp);
   num_micro_batches_ = int(t.global_batch_size / (int64_t(t.micro_batch_size) * dp));
@@ -57,15 +70,14 @@ void Trainer::setup() {
   distributed::DataParallelConfig ddp_config{.overlap_grad_reduce = p.overlap_grad_reduce,
                                           .use_distributed_optimizer = p.use_distributed_optimizer,
                                           .bucket_size = p.ddp_bucket_size};
-  ddp_ = std::make_unique<distributed::DistributedDataParallel>(ctx_, model_.parameters(), *parallel_->dp_cp().comm,
-                                                             ddp_config);
+  ddp_ = std::make_unique<distributed::DistributedDataParallel>(ctx_, parameters(), *parallel_->dp_cp().comm, ddp_config);
   const optim::AdamWOptions adam{t.adam_beta1, t.adam_beta2, t.adam_eps};
   ctx_.synchronize();
   const size_t allocated_before = ctx_.allocator().stats().allocated_bytes;
   if (p.use_distributed_optimizer)
     dist_optimizer_ = std::make_unique<optim::DistributedOptimizer>(ctx_, *ddp_, adam, p.overlap_param_gather);
   else
-    optimizer_ = std::make_unique<optim::AdamW>(ctx_, adamw_params(model_.parameters()), adam);
+    optimizer_ = std::make_unique<optim::AdamW>(ctx_, adamw_params(parameters()), adam);
   ctx_.synchronize();
   const size_t allocated_after = ctx_.allocator().stats().allocated_bytes;
   optimizer_allocated_bytes_ = allocated_after > allocated_before ? allocated_after - allocated_before : 0;
@@ -73,6 +85,19 @@ void Trainer::setup() {
   const int64_t s = args_.model.seq_length, b = t.micro_batch_size;
   loss_mask_ = ctx_.empty(Shape{b, s}, DType::F32);
   ops::fill(ctx_, loss_mask_, 1.0);
+}
+
+nn::ParameterList Trainer::parameters() const {
+  nn::ParameterList all;
+  for (nn::GPTModel* chunk : chunks_)
+    for (nn::Parameter* p : chunk->parameters()) all.push_back(p);
+  return all;
+}
+
+bool Trainer::holds_data_stage() const {
+  for (const nn::GPTModel* chunk : chunks_)
+    if (chunk->layout().pre_process || chunk->layout().post_process) return true;
+  return false;
 }
 
 size_t Trainer::optimizer_state_bytes() const {
@@ -112,13 +137,15 @@ std::vector<Tensor> Trainer::local_grads() const {
 }
 
 std::vector<Tensor> Trainer::norm_grads() const {
-  if (parallel_->tp_size() == 1) return local_grads();
+  const nn::ParameterList params = parameters();
+  if (std::none_of(params.begin(), params.end(), [](const nn::Parameter* p) { return p->placement.duplicate(); }))
+    return local_grads();
   std::vector<Tensor> grads;
   if (dist_optimizer_) {
     for (const auto& [p, g] : dist_optimizer_->param_grad_shards())
       if (!p->placement.duplicate()) grads.push_back(g);
   } else {
-    for (nn::Parameter* p : model_.parameters())
+    for (nn::Parameter* p : params)
       if (!p->placement.duplicate()) grads.push_back(p->main_grad);
   }
   return grads;
@@ -139,13 +166,23 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
   const int M = num_micro_batches_;
   const uint64_t dp = uint64_t(parallel_->dp_size()), dp_rank = uint64_t(parallel_->dp().rank());
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  // The host prepares micro-batch m + 1 while the device runs micro-batch m.
-  HostMicroBatch next = prepare_micro_batch(data);
+  const bool reads_data = holds_data_stage();
+  // The host prepares micro-batch m + 1 while the device runs micro-batch m; ranks with only middle pipeline
+  // stages read nothing and keep the data position.
+  HostMicroBatch next;
+  if (reads_data) next = prepare_micro_batch(data);
+  else data.skip(int64_t(M) * args_.training.micro_batch_size * parallel_->dp_size());
+  int expected = 0;
   pipeline::ScheduleRun run{
-      .chunks = {&model_},
+      .chunks = chunks_,
       .num_microbatches = M,
       .forward_only = forward_only,
-      .input = [&](int) { return upload(next); },
+      .batch = args_.training.micro_batch_size,
+      .seq = args_.model.seq_length,
+      .input = [&](int m) {
+        MEGATRON_CHECK(m == expected++, "Trainer: micro-batch ", m, "'s data asked for out of order");
+        return upload(next);
+      },
       .prepare = [&](int) { next = prepare_micro_batch(data); },
       // Dropout masks by the global micro-batch number, so DP = N draws DP = 1's masks for the same samples;
       // gradients of loss * scale / M; the all-ones mask's sum is known here (no device read).
@@ -155,7 +192,8 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
                                   .grad_scale = loss_scale / M,
                                   .loss_denominator = double(loss_mask_.numel())};
       },
-      .hooks = {}};
+      .hooks = {},
+      .p2p = p2p_.get()};
   if (!forward_only) {
     if (dist_optimizer_ && args_.parallel.overlap_param_gather)  // wait for each bucket's all-gather before its first use
       run.hooks.before_first_forward = [this](const nn::ParameterList& l) { dist_optimizer_->wait_for_params(ctx_, l); };
@@ -163,14 +201,17 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
       run.hooks.grads_final = [this](const nn::ParameterList& l) { ddp_->on_grads_final(ctx_, l); };
     if (dist_optimizer_) run.hooks.after_first_forward = [this] { dist_optimizer_->finish_param_gather(ctx_); };
   }
-  return pipeline::run_schedule(ctx_, pipeline::no_pipelining(M, forward_only), run);
+  const pipeline::PipelinePosition position{.size = parallel_->pp_size(), .rank = parallel_->pp().rank(),
+                                            .virtual_size = int(chunks_.size())};
+  const int group = args_.parallel.microbatch_group_size_per_virtual_pipeline_stage;
+  return pipeline::run_schedule(ctx_, pipeline::schedule_for(position, M, group, forward_only), run);
 }
 
 StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   StepResult r;
   ddp_->zero_grads(ctx_);
   const std::vector<Tensor> losses = run_micro_batches(train_data, iteration, /*forward_only=*/false);
-  distributed::finalize_model_grads(ctx_, *ddp_, model_.parameters(),
+  distributed::finalize_model_grads(ctx_, *ddp_, parameters(),
                                     {.tensor_parallel = parallel_->tp().comm.get(),
                                      .embedding = parallel_->embedding().comm.get()});
   r.loss = mean_loss(losses);
@@ -195,13 +236,22 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
 }
 
 double Trainer::mean_loss(const std::vector<Tensor>& losses) {
-  // The micro-batch losses add up on the device and are read once.
-  Tensor sum = ctx_.empty(Shape{1}, model_.config().stats_dtype());
-  ops::fill(ctx_, sum, 0.0);
-  for (const Tensor& loss : losses) ops::add(ctx_, sum, sum, loss);
-  double mean[1] = {read_scalar(ctx_, sum) / double(losses.size())};
-  parallel_->dp_cp().comm->all_reduce_host(mean, comm::ReduceOp::Avg);
-  return mean[0];
+  double mean[1] = {0.0};
+  if (!losses.empty() && losses.front().defined()) {  // the last pipeline stage
+    // The micro-batch losses add up on the device and are read once.
+    Tensor sum = ctx_.empty(Shape{1}, chunks_.front()->config().stats_dtype());
+    ops::fill(ctx_, sum, 0.0);
+    for (const Tensor& loss : losses) ops::add(ctx_, sum, sum, loss);
+    mean[0] = read_scalar(ctx_, sum) / double(losses.size());
+  }
+  return agree_on_loss(mean[0]);
+}
+
+double Trainer::agree_on_loss(double last_stage_value) {
+  double value[1] = {last_stage_value};
+  if (parallel_->pp_size() > 1) parallel_->pp().comm->all_reduce_host(value, comm::ReduceOp::Sum);  // only one is non-zero
+  parallel_->dp_cp().comm->all_reduce_host(value, comm::ReduceOp::Avg);
+  return value[0];
 }
 
 void Trainer::finish_param_gather() {
@@ -214,12 +264,11 @@ double Trainer::evaluate(SampleStream& data) {
   int64_t count = 0;
   for (int64_t it = 0; it < args_.training.eval_iters; ++it)
     for (const Tensor& loss : run_micro_batches(data, 0, /*forward_only=*/true)) {  // each read in turn, summed in double
+      if (!loss.defined()) continue;  // not the last pipeline stage
       sum += read_scalar(ctx_, loss);
       ++count;
     }
-  double mean[1] = {count ? sum / double(count) : 0.0};
-  parallel_->dp_cp().comm->all_reduce_host(mean, comm::ReduceOp::Avg);
-  return mean[0];
+  return agree_on_loss(count ? sum / double(count) : 0.0);
 }
 
 }  // namespace megatron::trainer

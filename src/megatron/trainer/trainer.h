@@ -16,6 +16,12 @@
 // The loss returned is the average over DP, so every rank returns the same value.
 // Dropout masks are indexed by the global micro-batch number (iteration * M + m) * DP + r, so DP=N uses
 // the masks DP=1 uses for the same samples.
+// Pipeline parallelism: the trainer holds this rank's model chunks (one per virtual stage, GPTModel stages
+// built with the context's PP rank's layer ranges) and runs Megatron's schedule for them (1F1B, or interleaved
+// with several chunks; pipeline/schedule.h); only the ranks with the first or the last stage read data (the
+// others only advance the data position); the loss is the last stage's, handed to every pipeline rank; the
+// gradient norm and the inf check span every stage (the model-parallel group); the tied word embeddings'
+// two copies are summed over the embedding group (finalize_model_grads).
 // Tensor parallelism: the model is built with the context's TP group (GPTModel's TensorParallel); the TP
 // ranks of a DP rank read the same micro-batches and compute the same loss; each holds its pieces of the
 // parameters in its own gradient buffers (reduced over DP as above). The gradient norm sums the squares of
@@ -56,6 +62,9 @@ class Trainer {
   // outlive the trainer. Rebinds the model's gradients (and, with the distributed optimizer, its
   // parameter values) into contiguous buffers.
   Trainer(Context& ctx, const train::Arguments& args, nn::GPTModel& model, const parallel::ParallelContext& parallel);
+  // This rank's model chunks of a pipeline (chunk c: virtual stage c of this pipeline rank), and the rest as above.
+  Trainer(Context& ctx, const train::Arguments& args, std::vector<nn::GPTModel*> chunks,
+          const parallel::ParallelContext& parallel);
   ~Trainer();
 
   StepResult train_step(SampleStream& train_data, int64_t iteration);
@@ -94,8 +103,13 @@ class Trainer {
   Tensor next_micro_batch(SampleStream& data);
   // The schedule over this iteration's micro-batches of `data`; returns each micro-batch's loss.
   std::vector<Tensor> run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only);
-  // The mean of the micro-batch losses, averaged over DP (every rank gets the same value).
+  // The mean of the micro-batch losses (the last stage's), averaged over DP; every rank gets the same value.
   double mean_loss(const std::vector<Tensor>& losses);
+  // The last pipeline stage's value on every rank, averaged over DP.
+  double agree_on_loss(double last_stage_value);
+  // Every parameter of every chunk, in model order.
+  nn::ParameterList parameters() const;
+  bool holds_data_stage() const;  // this rank has the first or the last stage
   // The gradients this rank passes to unscaling, the norm and clipping, and the groups they reduce over.
   std::vector<Tensor> local_grads() const;
   // The part of local_grads() this rank contributes to the gradient norm (all of it without TP).
@@ -104,7 +118,7 @@ class Trainer {
 
   Context& ctx_;
   const train::Arguments& args_;
-  nn::GPTModel& model_;
+  std::vector<nn::GPTModel*> chunks_;
   std::unique_ptr<parallel::ParallelContext> own_parallel_;  // the world of one, for the first constructor
   const parallel::ParallelContext* parallel_ = nullptr;
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
@@ -112,6 +126,7 @@ class Trainer {
   std::unique_ptr<optim::DistributedOptimizer> dist_optimizer_;  // or sharded (--use-distributed-optimizer)
   optim::OptimizerParamScheduler scheduler_;
   std::unique_ptr<optim::LossScaler> scaler_;
+  std::unique_ptr<pipeline::PipelineComm> p2p_;  // with PP > 1
   int num_micro_batches_ = 1;
   size_t optimizer_allocated_bytes_ = 0;
   CpuAllocator host_;
