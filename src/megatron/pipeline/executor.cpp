@@ -74,6 +74,9 @@ class Executor {
     return -1;
   }
   std::string where(size_t i, const Step& s) const { return str_cat("run_schedule: step ", i, " (", describe({s}), ")"); }
+  std::string label(Key key) const {
+    return run_.chunks.size() > 1 ? str_cat(key.second, '.', key.first) : std::to_string(key.second);
+  }
 
   // Micro-batch m's data, loaded the first time a chunk needs it.
   const nn::StageInput& data(int m, size_t i, const Step& s) {
@@ -90,7 +93,10 @@ class Executor {
   Tensor take_received(std::map<Key, Received>& from, Key key, size_t i, const Step& s, const char* what) {
     auto it = from.find(key);
     MEGATRON_CHECK(it != from.end(), where(i, s), " needs its ", what, ", which no earlier batch received");
-    if (it->second.pending) it->second.pending->wait(ctx_.stream());
+    if (it->second.pending) {
+      TimelineScope span(run_.timeline, str_cat("wait for ", what, " ", label(key)), "p2p");
+      it->second.pending->wait(ctx_.stream());
+    }
     Tensor t = std::move(it->second.tensor);
     from.erase(it);
     return t;
@@ -130,7 +136,10 @@ void Executor::forward(size_t i, const Step& s) {
   nn::ForwardOptions options = run_.options(s.microbatch);
   options.training = options.training && !run_.forward_only;
   if (i == points_.first_forward[size_t(s.chunk)]) options.hooks.before_forward = run_.hooks.before_first_forward;
-  nn::StageOutput out = chunk.forward(ctx_, in, options);
+  nn::StageOutput out = [&] {
+    TimelineScope span(run_.timeline, str_cat("forward ", label(key)), "compute");
+    return chunk.forward(ctx_, in, options);
+  }();
   if (layout.post_process) losses_[size_t(s.microbatch)] = out.loss;
   else outputs_[key] = std::move(out.hidden);
   if (!run_.forward_only) {
@@ -157,7 +166,10 @@ void Executor::backward(size_t i, const Step& s) {
       chunk.layout().post_process ? Tensor() : take_received(output_grads_, key, i, s, "output gradient");
   nn::ParamHooks hooks;
   if (i == points_.last_backward[size_t(s.chunk)]) hooks.grads_final = run_.hooks.grads_final;
-  Tensor dinput = chunk.backward(ctx_, std::move(saved), doutput, hooks);
+  Tensor dinput = [&] {
+    TimelineScope span(run_.timeline, str_cat("backward ", label(key)), "compute");
+    return chunk.backward(ctx_, std::move(saved), doutput, hooks);
+  }();
   if (!chunk.layout().pre_process) input_grads_[key] = std::move(dinput);
 }
 
@@ -199,8 +211,11 @@ void Executor::communicate(size_t i, const Step& s) {
     if (!p2p.overlap) pending->wait(ctx_.stream());
     batches_.push_back(std::move(pending));
   };
-  post(*p2p.activations, forward_ops, received_forward, inputs_);
-  post(*p2p.gradients, backward_ops, received_backward, output_grads_);
+  {
+    TimelineScope span(run_.timeline, describe({s}), "p2p");
+    post(*p2p.activations, forward_ops, received_forward, inputs_);
+    post(*p2p.gradients, backward_ops, received_backward, output_grads_);
+  }
   // Batches known to be complete release their tensors (a send's output, once NCCL or MPI is done with it).
   std::erase_if(batches_, [](const std::shared_ptr<comm::PendingP2P>& b) { return b.use_count() == 1 && b->done(); });
 }

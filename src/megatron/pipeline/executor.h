@@ -25,6 +25,7 @@
 #include "megatron/comm/communicator.h"
 #include "megatron/nn/gpt_model.h"
 #include "megatron/pipeline/schedule.h"
+#include "megatron/runtime/timeline.h"
 
 namespace megatron::pipeline {
 
@@ -60,6 +61,7 @@ struct ScheduleRun {
   std::function<nn::ForwardOptions(int microbatch)> options;
   ScheduleHooks hooks;
   const PipelineComm* p2p = nullptr;  // null: one pipeline stage
+  Timeline* timeline = nullptr;       // records forward, backward and point-to-point spans (null: none)
 };
 
 // Runs `steps` and returns each micro-batch's loss (device scalars, in micro-batch order; undefined on ranks

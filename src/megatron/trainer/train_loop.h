@@ -10,9 +10,15 @@
 //     so every rank stops at the same iteration);
 //   then save the last iteration (Megatron saves when a run stops), wait for an asynchronous save in flight,
 //   and evaluate on the test split.
+// Profiling (--profile): iterations [--profile-step-start, --profile-step-end) are marked for an external
+// profiler (cudaProfilerStart/Stop, NVTX ranges); with --profile-dir every rank also records its timeline over
+// them, the ranks of --profile-ranks (default 0) write it as a Chrome trace (trace_rank_<r>.json, merged by
+// rank 0 into trace.json), and rank 0 reports each pipeline stage's measured bubble -- idle time over compute
+// time in the schedule -- next to the ideal (p - 1) / (v * m).
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 
 #include "megatron/trainer/run_checkpoints.h"
@@ -29,6 +35,7 @@ class TrainLoop {
   // `world`: every rank of the run (exit agreement); all references must outlive the loop.
   TrainLoop(Context& ctx, const train::Arguments& args, Trainer& trainer, RunCheckpoints& checkpoints,
             RunStreams& streams, comm::Communicator& world);
+  ~TrainLoop();
 
   // Runs iterations start_iteration + 1 .. the end; returns the last iteration run.
   int64_t run(int64_t start_iteration);
@@ -39,6 +46,8 @@ class TrainLoop {
   void print_memory_once(int64_t iteration);
   void print_evaluation(const std::string& where, double loss) const;
   bool should_exit(int64_t iteration);
+  bool profiling(int64_t iteration) const;
+  void report_profile();
 
   Context& ctx_;
   const train::Arguments& args_;
@@ -54,6 +63,7 @@ class TrainLoop {
   double interval_loss_ = 0, interval_seconds_ = 0;
   int64_t interval_iters_ = 0, skipped_ = 0, nans_ = 0;
   std::optional<double> last_grad_norm_;
+  std::unique_ptr<Timeline> timeline_;  // --profile with --profile-dir
 };
 
 }  // namespace megatron::trainer

@@ -193,7 +193,8 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
                                   .loss_denominator = double(loss_mask_.numel())};
       },
       .hooks = {},
-      .p2p = p2p_.get()};
+      .p2p = p2p_.get(),
+      .timeline = timeline_};
   if (!forward_only) {
     if (dist_optimizer_ && args_.parallel.overlap_param_gather)  // wait for each bucket's all-gather before its first use
       run.hooks.before_first_forward = [this](const nn::ParameterList& l) { dist_optimizer_->wait_for_params(ctx_, l); };
@@ -204,6 +205,7 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
   const pipeline::PipelinePosition position{.size = parallel_->pp_size(), .rank = parallel_->pp().rank(),
                                             .virtual_size = int(chunks_.size())};
   const int group = args_.parallel.microbatch_group_size_per_virtual_pipeline_stage;
+  TimelineScope span(forward_only ? nullptr : timeline_, "schedule", "schedule");
   return pipeline::run_schedule(ctx_, pipeline::schedule_for(position, M, group, forward_only), run);
 }
 
@@ -211,14 +213,18 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   StepResult r;
   ddp_->zero_grads(ctx_);
   const std::vector<Tensor> losses = run_micro_batches(train_data, iteration, /*forward_only=*/false);
-  distributed::finalize_model_grads(ctx_, *ddp_, parameters(),
-                                    {.tensor_parallel = parallel_->tp().comm.get(),
-                                     .embedding = parallel_->embedding().comm.get()});
+  {
+    TimelineScope span(timeline_, "finalize grads", "grad-reduce");
+    distributed::finalize_model_grads(ctx_, *ddp_, parameters(),
+                                      {.tensor_parallel = parallel_->tp().comm.get(),
+                                       .embedding = parallel_->embedding().comm.get()});
+  }
   r.loss = mean_loss(losses);
   r.nan_loss = !std::isfinite(r.loss);
 
   // Unscale, check for overflow, compute the clip coefficient (agreed over the ranks); then the update with
   // the scheduled lr and weight decay, which applies the coefficient as it reads the gradients.
+  TimelineScope span(timeline_, "clip + optimizer", "optimizer");
   optim::GradPreparation prepared =
       optim::prepare_grads(ctx_, local_grads(), scaler_.get(), args_.training.clip_grad, grad_stats_groups(), norm_grads());
   r.learning_rate = scheduler_.lr();

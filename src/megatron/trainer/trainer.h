@@ -68,6 +68,9 @@ class Trainer {
   ~Trainer();
 
   StepResult train_step(SampleStream& train_data, int64_t iteration);
+  // Records each step's spans (schedule, forward/backward/point-to-point, gradient reduction, optimizer) on
+  // `timeline` while it is recording; null: none. `timeline` must outlive the trainer or be reset to null.
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
   // Mean loss over eval_iters global batches of `data` (no gradients, no dropout), averaged over DP.
   double evaluate(SampleStream& data);
 
@@ -127,6 +130,7 @@ class Trainer {
   optim::OptimizerParamScheduler scheduler_;
   std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<pipeline::PipelineComm> p2p_;  // with PP > 1
+  Timeline* timeline_ = nullptr;
   int num_micro_batches_ = 1;
   size_t optimizer_allocated_bytes_ = 0;
   CpuAllocator host_;
