@@ -270,6 +270,32 @@ int64_t load_piece(Context& ctx, CheckpointReader& reader, const ShardSpec& want
   return saved_rows;
 }
 
+// FP8 delayed scaling's state of every linear the checkpoint has it for (a bf16 checkpoint has none: those
+// linears start fresh, scale 1, as a new run). True when every FP8 linear's state was found.
+bool load_fp8_state(Context& ctx, CheckpointReader& reader, const TrainingState& state) {
+  bool all = true;
+  for (const nn::GPTModel* chunk : state.model) {
+    nn::Fp8ScalingState* fp8 = chunk->fp8_state().get();
+    if (fp8 == nullptr || fp8->recipe().scaling != nn::Fp8Scaling::Delayed) continue;
+    for (int i = 0; i < fp8->size(); ++i) {
+      const std::string key = fp8->name(i) + kFp8ScalingSuffix;
+      if (!reader.has(key)) {
+        all = false;
+        continue;
+      }
+      const std::vector<int64_t> saved = reader.tensor(key).global_shape;
+      const int64_t len = fp8->recipe().amax_history_len;
+      MEGATRON_CHECK((saved == std::vector<int64_t>{len + 2, 3}), "checkpoint ", reader.directory().string(), ": '",
+                     key, "' holds an FP8 amax history of length ", saved.empty() ? 0 : saved[0] - 2,
+                     " but this run has --fp8-amax-history-len ", len);
+      Tensor packed = ctx.empty({len + 2, 3}, DType::F32);
+      reader.load_whole(ctx, key, packed);
+      fp8->unpack_linear_state(ctx, i, packed);
+    }
+  }
+  return all;
+}
+
 // Refuses a checkpoint saved with another architecture, naming every flag that differs.
 void check_same_architecture(const CheckpointReader& reader, const nlohmann::json& saved,
                              const nn::TransformerConfig& config) {
@@ -442,6 +468,22 @@ std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_
   return items;
 }
 
+std::vector<SaveItem> fp8_save_items(Context& ctx, const TrainingState& state) {
+  std::vector<SaveItem> items;
+  for (const nn::GPTModel* chunk : state.model) {
+    const nn::Fp8ScalingState* fp8 = chunk->fp8_state().get();
+    if (fp8 == nullptr || fp8->recipe().scaling != nn::Fp8Scaling::Delayed) continue;
+    const int replica = chunk->tensor_parallel().rank() * state.dp_size + state.dp_rank;  // 0: the one writer
+    for (int i = 0; i < fp8->size(); ++i) {
+      Tensor packed = fp8->packed_linear_state(ctx, i);
+      ShardSpec spec = whole_tensor(fp8->name(i) + kFp8ScalingSuffix, packed.shape().dims(), DType::F32);
+      spec.replica_id = replica;
+      items.push_back({std::move(spec), std::move(packed)});
+    }
+  }
+  return items;
+}
+
 nlohmann::json training_state_json(const TrainingState& state, bool save_optim, bool save_rng) {
   MEGATRON_CHECK(!state.model.empty() && state.args != nullptr, "save_training_checkpoint: model and args required");
   const nn::TransformerConfig& config = state.model.front()->config();
@@ -484,6 +526,7 @@ SaveReport save_training_checkpoint(Context& ctx, const fs::path& root, const Tr
                                     comm::Communicator* world) {
   const bool save_optim = !flags.no_save_optim;
   std::vector<SaveItem> items = training_save_items(state, save_optim);
+  for (SaveItem& item : fp8_save_items(ctx, state)) items.push_back(std::move(item));
   nlohmann::json json = training_state_json(state, save_optim, !flags.no_save_rng);
   SaveOptions options{.keep_last = flags.keep_last, .hooks = hooks};
   SaveReport report;
@@ -530,6 +573,7 @@ LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, 
   }
 
   const bool weights_only = flags.finetune || reader.is_release();
+  if (!weights_only) out.fp8_state_loaded = load_fp8_state(ctx, reader, state);
   if (!weights_only) {
     out.iteration = saved.value("iteration", reader.iteration());
     out.consumed_train_samples = saved.value("consumed_train_samples", int64_t(0));

@@ -18,6 +18,10 @@
 //   optimizer.state.fp32_param.<param name>    fp32 master (only for bf16/fp16 parameters), parameter's shape
 //   optimizer.state.exp_avg.<param name>       Adam first moment (master dtype)
 //   optimizer.state.exp_avg_sq.<param name>    Adam second moment
+//   <linear name>.fp8_scaling                  FP8 delayed scaling's state of an FP8 linear, F32 [L + 2, 3]
+//                                              (nn::Fp8ScalingState::packed_linear_state); a checkpoint without it
+//                                              (bf16) loads into an FP8 run with fresh scales, and an FP8
+//                                              checkpoint loads into a bf16 run ignoring it
 // State (metadata.json "state"):
 //   iteration, consumed_train_samples, consumed_valid_samples,
 //   args {flag key: value} (the resolved configuration, plus padded_vocab_size and params_dtype),
@@ -124,6 +128,9 @@ train::Arguments arguments_from_state(const nlohmann::json& state);
 
 // This rank's pieces, with their replica ids (replicas are kept in the list; the snapshot drops them).
 std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_optim);
+// The FP8 scaling state's pieces (device copies made on ctx's stream), written by TP rank 0 of DP rank 0.
+std::vector<SaveItem> fp8_save_items(Context& ctx, const TrainingState& state);
+inline constexpr const char* kFp8ScalingSuffix = ".fp8_scaling";
 nlohmann::json training_state_json(const TrainingState& state, bool save_optim, bool save_rng);
 
 struct SaveReport {
@@ -159,6 +166,7 @@ struct LoadedTraining {
   uint64_t bytes = 0;  // tensor data read
   // The checkpoint's padded vocabulary when it differs from the model's (rows resized as above); 0 when equal.
   int64_t resized_from_padded_vocab = 0;
+  bool fp8_state_loaded = false;  // every FP8 linear's scaling state came from the checkpoint
 };
 // Loads into state.model's chunks (and optimizer/scheduler/scaler per the flags). Throws before touching anything
 // when the architecture differs, listing every difference. With several ranks each calls it with its own

@@ -116,7 +116,9 @@ void DistributedDataParallel::start_bucket(Context& ctx, size_t b, size_t k) {
   const Tensor grads = buffer.bucket_grads(k);
   // Expert buckets: sum over expert-DP of grads / |dp| (the header); Avg is that when the sizes agree.
   comm::ReduceOp op = comm::ReduceOp::Avg;
-  if (expert_[b] && group.size() != dp_.size()) {
+  if (config_.grads_prescaled) {
+    op = comm::ReduceOp::Sum;
+  } else if (expert_[b] && group.size() != dp_.size()) {
     ops::scale(ctx, grads, grads, 1.0 / double(dp_.size()));
     op = comm::ReduceOp::Sum;
   }

@@ -46,6 +46,11 @@ struct DataParallelConfig {
   bool overlap_grad_reduce = false;
   bool use_distributed_optimizer = false;
   int64_t bucket_size = 0;  // elements; 0 = Megatron's default (see above)
+  // The backward already scaled every rank's gradients by 1 / |dp_group| (the trainer folds it into the loss
+  // gradient, so a micro-batch's gradients are the same numbers at every data-parallel layout, which FP8's
+  // quantisation of them needs): the reductions then sum (dense and expert buckets alike), and the results are
+  // those described above.
+  bool grads_prescaled = false;
 };
 
 // The bucket size Megatron would use.

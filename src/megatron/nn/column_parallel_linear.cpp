@@ -68,6 +68,7 @@ void ColumnParallelLinear::init(Context& ctx, uint64_t seed, double std) {
 
 LinearSaved ColumnParallelLinear::forward(Context& ctx, const Tensor& y, const Tensor& x,
                                           const Tensor& gelu_input_out) const {
+  if (fp8_.enabled()) return fp8_forward(ctx, y, x, gelu_input_out);
   if (!options_.gather_output || !tp_.enabled()) {
     column_parallel_linear_forward(ctx, tp_, y, x, weight, &bias, gelu_input_out);
     return LinearSaved{x};
@@ -81,6 +82,11 @@ LinearSaved ColumnParallelLinear::forward(Context& ctx, const Tensor& y, const T
 }
 
 void ColumnParallelLinear::backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, const Tensor& dy) {
+  if (fp8_.enabled()) {
+    fp8_backward(ctx, saved, dx, dy);
+    saved = LinearSaved();
+    return;
+  }
   const Tensor x = std::move(saved.x);
   MEGATRON_CHECK(x.defined(), "ColumnParallelLinear ", weight.name, ": backward without a forward's saved input");
   Tensor dpart = dy;
@@ -89,6 +95,41 @@ void ColumnParallelLinear::backward(Context& ctx, LinearSaved&& saved, const Ten
     parallel::gather_from_tp_backward(ctx, tp_, dpart, dy.view({-1, dy.shape().cols()}));
   }
   column_parallel_linear_backward(ctx, tp_, dx, dpart, x, weight, &bias);
+}
+
+void ColumnParallelLinear::enable_fp8(const std::shared_ptr<Fp8ScalingState>& state,
+                                      comm::Communicator* sequence_group) {
+  sequence_group_ = sequence_group;
+  MEGATRON_CHECK(!options_.gather_output, "ColumnParallelLinear ", weight.name, ": FP8 needs gather_output off");
+  const std::string suffix = ".weight";
+  fp8_ = Fp8Site{.state = state, .index = state->add_linear(weight.name.substr(0, weight.name.size() - suffix.size()))};
+}
+
+LinearSaved ColumnParallelLinear::fp8_forward(Context& ctx, const Tensor& y, const Tensor& x,
+                                              const Tensor& gelu_input_out) const {
+  Tensor whole = x;
+  if (tp_.sp()) {
+    const Tensor shard = x.view({-1, in_features()});
+    whole = ctx.empty({shard.dim(0) * tp_.size(), in_features()}, x.dtype());
+    parallel::gather_from_sp_forward(ctx, tp_, whole, shard);
+  }
+  return fp8_linear_forward(ctx, y, whole, weight, &bias, fp8_, fp8_split(), gelu_input_out);
+}
+
+void ColumnParallelLinear::fp8_backward(Context& ctx, const LinearSaved& saved, const Tensor& dx, const Tensor& dy) {
+  const Fp8TensorSplit split = fp8_split();
+  const Fp8Grad g = fp8_linear_grad(ctx, dy, fp8_, split);
+  parallel::PendingCollective reduce;
+  if (dx.defined()) {
+    // dx's all-reduce (or reduce-scatter under SP) runs while the weight-gradient GEMM computes.
+    const int64_t in = in_features(), rows = g.dy.dim(0);
+    Tensor dwhole = tp_.sp() ? ctx.empty({rows, in}, dy.dtype()) : dx;
+    fp8_linear_backward_input(ctx, dwhole, g, weight, fp8_, split);
+    if (tp_.sp()) reduce = parallel::gather_from_sp_backward(ctx, tp_, dx.view({-1, in}), dwhole, /*async=*/true);
+    else if (tp_.enabled()) reduce = parallel::copy_to_tp_backward(ctx, tp_, dx, /*async=*/true);
+  }
+  fp8_linear_backward_weight(ctx, g, saved, weight, &bias);
+  reduce.wait(ctx);
 }
 
 void ColumnParallelLinear::collect_parameters(ParameterList& out) {

@@ -17,12 +17,17 @@
 //   backward needs: x (under SP only this rank's shard, re-gathered in backward, as Megatron does).
 // backward(ctx, saved, dx, dy): dy like y, dx like x (assigned; undefined: not wanted, no collective either);
 //   main grads accumulated (+=). Consumes `saved`.
+// enable_fp8(state): the layer's three GEMMs run in FP8 from now on (fp8_linear.h), registered with the model
+//   chunk's scaling state; under sequence parallelism the forward gathers the input in the parameter dtype and
+//   keeps the whole input's FP8 transpose for the backward (no re-gather). Not with gather_output.
 // column_parallel_linear_forward/backward: the same on borrowed parameters (the output layer, whose weight may
 // be the tied word embeddings' shard).
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "megatron/nn/fp8_linear.h"
 #include "megatron/nn/linear.h"
 #include "megatron/parallel/tensor_parallel.h"
 
@@ -52,6 +57,9 @@ class ColumnParallelLinear {
                                     const Tensor& gelu_input_out = Tensor()) const;
   void backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, const Tensor& dy);
   void collect_parameters(ParameterList& out);
+  // sequence_group: the CP group when the activations are split along the sequence (else null).
+  void enable_fp8(const std::shared_ptr<Fp8ScalingState>& state, comm::Communicator* sequence_group = nullptr);
+  bool fp8() const { return fp8_.enabled(); }
 
   int64_t in_features() const { return weight.value.dim(1); }
   int64_t out_features() const { return weight.value.dim(0); }  // this rank's (out / TP)
@@ -60,8 +68,17 @@ class ColumnParallelLinear {
   Parameter bias;  // undefined without bias
 
  private:
+  LinearSaved fp8_forward(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& gelu_input_out) const;
+  void fp8_backward(Context& ctx, const LinearSaved& saved, const Tensor& dx, const Tensor& dy);
+  // The weight and the output gradient are split over TP; the input is whole.
+  Fp8TensorSplit fp8_split() const {
+    return {.group = tp_.group.get(), .input = false, .weight = true, .grad = true, .sequence_group = sequence_group_};
+  }
+
   parallel::TensorParallel tp_;
   ColumnParallelOptions options_;
+  Fp8Site fp8_;
+  comm::Communicator* sequence_group_ = nullptr;  // FP8 under context parallelism: the CP group
 };
 
 }  // namespace megatron::nn

@@ -83,7 +83,12 @@ GPTModel::GPTModel(Context& ctx, const TransformerConfig& config, const parallel
   for (int i = 0; i < layout_.num_layers; ++i) {
     const int global = layout_.first_layer + i;
     layers.emplace_back(ctx, "decoder.layers." + std::to_string(global), config, tp, cp, global, moe);
+    if (config.fp8.fp8_layer(global, config.num_layers)) {
+      if (!fp8_) fp8_ = std::make_shared<Fp8ScalingState>(config.fp8);
+      layers.back().enable_fp8(fp8_);
+    }
   }
+  if (fp8_) fp8_->allocate(ctx);
   if (layout_.post_process) {
     final_layernorm = Norm(ctx, "decoder.final_layernorm", config, tp);
     const TensorParallelSplit rows{.dim = 0, .blocks = 1, .rank = tp.rank(), .size = tp.size()};

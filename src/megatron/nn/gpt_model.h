@@ -176,6 +176,9 @@ class GPTModel {
   const Parameter& output_weight() const;
   Parameter& output_weight();
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
+  // The FP8 scaling state of this stage's FP8 linears (config().fp8 enabled and at least one FP8 layer here),
+  // else null. The trainer ends each iteration on it (Fp8ScalingState::end_iteration).
+  const std::shared_ptr<Fp8ScalingState>& fp8_state() const { return fp8_; }
   const parallel::ContextParallel& context_parallel() const { return cp_; }
 
   LanguageModelEmbedding embedding;  // pre_process only
@@ -201,6 +204,7 @@ class GPTModel {
 
   TransformerConfig config_;
   parallel::TensorParallel tp_;
+  std::shared_ptr<Fp8ScalingState> fp8_;
   parallel::ContextParallel cp_;
   StageLayout layout_;
   mutable Tensor positions_;

@@ -15,7 +15,8 @@
 // output layer); linear_backward is linear_backward_input (dx) then linear_backward_weight (main grads), which
 // tensor-parallel layers call separately to overlap a collective on dx with the weight-gradient GEMM.
 // LinearSaved is what a linear layer's forward leaves for its backward: the input the weight gradient needs
-// (a handle to the caller's tensor, no copy). It belongs to the micro-batch: the layer keeps nothing.
+// (a handle to the caller's tensor, no copy; an FP8 linear keeps its quantised transpose instead,
+// fp8_linear.h). It belongs to the micro-batch: the layer keeps nothing.
 #pragma once
 
 #include "megatron/nn/parameter.h"
@@ -23,7 +24,10 @@
 namespace megatron::nn {
 
 struct LinearSaved {
-  Tensor x;
+  Tensor x;            // the input [..., in] (parameter-dtype linears)
+  Tensor x_fp8_t;      // FP8 linears: the input quantised and transposed [in, rows] ...
+  Tensor x_scale_inv;  // ... and its dequantisation scale (F32 [1])
+  bool defined() const { return x.defined() || x_fp8_t.defined(); }
 };
 
 void linear_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parameter& weight, const Parameter* bias,

@@ -20,11 +20,29 @@ void RowParallelLinear::init(Context& ctx, uint64_t seed, double std) {
   if (bias.defined()) init_constant(ctx, bias, 0.0);
 }
 
-LinearSaved RowParallelLinear::forward(Context& ctx, const Tensor& y, const Tensor& x) const {
-  if (!tp_.enabled()) {
-    linear_forward(ctx, y, x, weight, &bias);
-    return LinearSaved{x};
+LinearSaved RowParallelLinear::local_forward(Context& ctx, const Tensor& y, const Tensor& x,
+                                            const Parameter* bias) const {
+  if (fp8_.enabled()) return fp8_linear_forward(ctx, y, x, weight, bias, fp8_, fp8_split());
+  linear_forward(ctx, y, x, weight, bias);
+  return LinearSaved{x};
+}
+
+void RowParallelLinear::local_backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, const Tensor& dy,
+                                       const Tensor& dx_gelu_input) {
+  const LinearSaved s = std::move(saved);
+  MEGATRON_CHECK(s.defined(), "RowParallelLinear ", weight.name, ": backward without a forward's saved input");
+  if (!fp8_.enabled()) {
+    if (dx.defined()) linear_backward_input(ctx, dx, dy, weight, dx_gelu_input);
+    linear_backward_weight(ctx, dy, s.x, weight, &bias);
+    return;
   }
+  const Fp8Grad g = fp8_linear_grad(ctx, dy, fp8_, fp8_split());
+  if (dx.defined()) fp8_linear_backward_input(ctx, dx, g, weight, fp8_, fp8_split(), dx_gelu_input);
+  fp8_linear_backward_weight(ctx, g, s, weight, &bias);
+}
+
+LinearSaved RowParallelLinear::forward(Context& ctx, const Tensor& y, const Tensor& x) const {
+  if (!tp_.enabled()) return local_forward(ctx, y, x, &bias);
   const int64_t rows = x.shape().rows(), in = in_features(), out = out_features();
   Tensor part = x;
   if (!options_.input_is_parallel) {
@@ -33,42 +51,44 @@ LinearSaved RowParallelLinear::forward(Context& ctx, const Tensor& y, const Tens
   }
   const Parameter* once = tp_.rank() == 0 ? &bias : nullptr;  // the replicated bias, added by one rank
   if (!tp_.sp()) {
-    linear_forward(ctx, y, part, weight, once);
+    LinearSaved saved = local_forward(ctx, y, part, once);
     parallel::reduce_from_tp_forward(ctx, tp_, y);
-    return LinearSaved{part};
+    return saved;
   }
   Tensor partial = ctx.empty({rows, out}, x.dtype());
-  linear_forward(ctx, partial, part, weight, once);
+  LinearSaved saved = local_forward(ctx, partial, part, once);
   parallel::reduce_scatter_to_sp_forward(ctx, tp_, y.view({-1, out}), partial);
-  return LinearSaved{part};
+  return saved;
 }
 
 void RowParallelLinear::backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, const Tensor& dy,
                                  const Tensor& dx_gelu_input) {
-  const Tensor x = std::move(saved.x);
-  MEGATRON_CHECK(x.defined(), "RowParallelLinear ", weight.name, ": backward without a forward's saved input");
   if (!tp_.enabled()) {
-    linear_backward(ctx, dx, dy, x, weight, &bias, dx_gelu_input);
+    local_backward(ctx, std::move(saved), dx, dy, dx_gelu_input);
     return;
   }
-  const int64_t rows = x.shape().rows(), out = out_features();
+  const int64_t rows = dy.shape().rows() * (tp_.sp() ? tp_.size() : 1), out = out_features();
   Tensor dwhole = dy;
   if (tp_.sp()) {
     dwhole = ctx.empty({rows, out}, dy.dtype());
     parallel::reduce_scatter_to_sp_backward(ctx, tp_, dwhole, dy.view({-1, out}));
   }
-  if (dx.defined()) {
-    if (options_.input_is_parallel) {
-      linear_backward_input(ctx, dx, dwhole, weight, dx_gelu_input);
-    } else {
-      MEGATRON_CHECK(!dx_gelu_input.defined(), "RowParallelLinear ", weight.name,
-                     ": the DGELU epilogue needs a parallel input");
-      Tensor dpart = ctx.empty({rows, in_features()}, dy.dtype());
-      linear_backward_input(ctx, dpart, dwhole, weight);
-      parallel::scatter_to_tp_backward(ctx, tp_, dx.view({rows, dx.shape().cols()}), dpart);
-    }
+  if (!dx.defined() || options_.input_is_parallel) {
+    local_backward(ctx, std::move(saved), dx, dwhole, dx_gelu_input);
+    return;
   }
-  linear_backward_weight(ctx, dwhole, x, weight, &bias);
+  MEGATRON_CHECK(!dx_gelu_input.defined(), "RowParallelLinear ", weight.name,
+                 ": the DGELU epilogue needs a parallel input");
+  Tensor dpart = ctx.empty({rows, in_features()}, dy.dtype());
+  local_backward(ctx, std::move(saved), dpart, dwhole, Tensor());
+  parallel::scatter_to_tp_backward(ctx, tp_, dx.view({rows, dx.shape().cols()}), dpart);
+}
+
+void RowParallelLinear::enable_fp8(const std::shared_ptr<Fp8ScalingState>& state,
+                                      comm::Communicator* sequence_group) {
+  sequence_group_ = sequence_group;
+  const std::string suffix = ".weight";
+  fp8_ = Fp8Site{.state = state, .index = state->add_linear(weight.name.substr(0, weight.name.size() - suffix.size()))};
 }
 
 void RowParallelLinear::collect_parameters(ParameterList& out) {

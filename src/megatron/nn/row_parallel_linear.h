@@ -18,10 +18,14 @@
 // backward(ctx, saved, dx, dy, dx_gelu_input): dy like y; dx like x (assigned; may be undefined);
 //   dx_gelu_input as in linear.h (the pre-GELU values of this rank's slice of the input, input_is_parallel
 //   only); main grads accumulated (+=). Consumes `saved`.
+// enable_fp8(state): the layer's three GEMMs run in FP8 from now on (fp8_linear.h), registered with the model
+//   chunk's scaling state.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "megatron/nn/fp8_linear.h"
 #include "megatron/nn/linear.h"
 #include "megatron/parallel/tensor_parallel.h"
 
@@ -44,6 +48,9 @@ class RowParallelLinear {
   void backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, const Tensor& dy,
                 const Tensor& dx_gelu_input = Tensor());
   void collect_parameters(ParameterList& out);
+  // sequence_group: the CP group when the activations are split along the sequence (else null).
+  void enable_fp8(const std::shared_ptr<Fp8ScalingState>& state, comm::Communicator* sequence_group = nullptr);
+  bool fp8() const { return fp8_.enabled(); }
 
   int64_t in_features() const { return weight.value.dim(1); }  // this rank's (in / TP)
   int64_t out_features() const { return weight.value.dim(0); }
@@ -52,8 +59,19 @@ class RowParallelLinear {
   Parameter bias;  // undefined without bias; replicated
 
  private:
+  // y (or the partial sum under TP) = x W^T (+ the bias on one rank), in the parameter dtype or FP8.
+  LinearSaved local_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parameter* bias) const;
+  void local_backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, const Tensor& dy,
+                      const Tensor& dx_gelu_input);
+  // The weight and the input are split over TP; the output gradient is whole.
+  Fp8TensorSplit fp8_split() const {
+    return {.group = tp_.group.get(), .input = true, .weight = true, .grad = false, .sequence_group = sequence_group_};
+  }
+
   parallel::TensorParallel tp_;
   RowParallelOptions options_;
+  Fp8Site fp8_;
+  comm::Communicator* sequence_group_ = nullptr;  // FP8 under context parallelism: the CP group
 };
 
 }  // namespace megatron::nn

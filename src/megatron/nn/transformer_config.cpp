@@ -1,6 +1,8 @@
 #include "megatron/nn/transformer_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "megatron/core/error.h"
 
@@ -52,7 +54,27 @@ std::vector<std::string> TransformerConfig::violations(int tp) const {
   need(params_dtype == DType::F32 || params_dtype == DType::BF16 || params_dtype == DType::F16 ||
            params_dtype == DType::F64,
        "parameter dtype must be F32, BF16, F16 or F64 (got ", dtype_name(params_dtype), ")");
+  if (fp8.enabled) fp8_violations(tp, v);
   return v;
+}
+
+void TransformerConfig::fp8_violations(int tp, std::vector<std::string>& v) const {
+  auto need = [&](bool ok, auto&&... parts) {
+    if (!ok) v.push_back(str_cat(parts...));
+  };
+  need(params_dtype != DType::F64, "FP8 (--fp8-format) needs BF16, F16 or F32 parameters, not F64");
+  need(fp8.amax_history_len >= 1, "--fp8-amax-history-len ", fp8.amax_history_len, " must be >= 1");
+  need(fp8.margin >= 0, "--fp8-margin ", fp8.margin, " must be >= 0");
+  // cuBLASLt's FP8 GEMMs need every dimension a multiple of 16: the linears' in/out features per TP rank.
+  const int64_t t = std::max(tp, 1);
+  const int64_t qkv = (num_attention_heads + 2 * int64_t(num_query_groups)) * kv_channels / t;
+  const int64_t proj_in = int64_t(num_attention_heads) * kv_channels / t, ffn_local = ffn_hidden_size / t;
+  for (const auto& [what, value] : {std::pair<const char*, int64_t>{"--hidden-size", hidden_size},
+                                    {"the QKV projection's rows per TP rank", qkv},
+                                    {"the attention heads' channels per TP rank", proj_in},
+                                    {"--ffn-hidden-size per TP rank", ffn_local}})
+    need(value % 16 == 0, "FP8 (--fp8-format): ", what, " = ", value,
+         " must be a multiple of 16 (cuBLASLt's FP8 GEMMs)");
 }
 
 }  // namespace megatron::nn

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "megatron/core/dtype.h"
+#include "megatron/nn/fp8_recipe.h"
 #include "megatron/nn/moe_config.h"
 
 namespace megatron::nn {
@@ -40,6 +41,7 @@ struct TransformerConfig {
   int64_t padded_vocab_size = 0;   // rows of the word embedding and output layer (a multiple of TP)
 
   MoeConfig moe;                    // num_experts 0: dense MLPs only
+  Fp8Recipe fp8;                    // enabled: the transformer layers' linears run in FP8 (fp8_recipe.h)
 
   DType params_dtype = DType::F32;  // also the activation dtype
   uint64_t seed = 1234;             // init (Philox offset = hash of the parameter name) and dropout
@@ -61,6 +63,9 @@ struct TransformerConfig {
   // the splits over tensor_parallel_size ranks (heads, query groups, ffn size and padded vocabulary
   // divisible by it). Messages name the flags users set these values with.
   std::vector<std::string> violations(int tensor_parallel_size = 1) const;
+
+ private:
+  void fp8_violations(int tensor_parallel_size, std::vector<std::string>& out) const;
 };
 
 }  // namespace megatron::nn

@@ -109,6 +109,15 @@ void TransformerLayer::backward(Context& ctx, TransformerLayerSaved&& saved, con
   input_layernorm.backward(ctx, std::move(s.input_norm), dx, dln1, /*dresidual=*/dh);
 }
 
+void TransformerLayer::enable_fp8(const std::shared_ptr<Fp8ScalingState>& state) {
+  comm::Communicator* sequence = cp_.group.get();
+  self_attention.linear_qkv.enable_fp8(state, sequence);
+  self_attention.linear_proj.enable_fp8(state, sequence);
+  if (moe.defined()) return;
+  mlp.linear_fc1.enable_fp8(state, sequence);
+  mlp.linear_fc2.enable_fp8(state, sequence);
+}
+
 void TransformerLayer::collect_parameters(ParameterList& out) {
   input_layernorm.collect_parameters(out);
   self_attention.collect_parameters(out);

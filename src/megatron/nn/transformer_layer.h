@@ -30,6 +30,7 @@
 //   `saved`. The residual gradients ride on the norms' fused `dresidual` input.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "megatron/nn/attention.h"
@@ -98,6 +99,9 @@ class TransformerLayer {
                                               const LayerPass& pass) const;
   void backward(Context& ctx, TransformerLayerSaved&& saved, const Tensor& dx, const Tensor& dout);
   void collect_parameters(ParameterList& out);
+  // Runs the layer's linears in FP8 (attention's QKV and projection, a dense MLP's fc1 and fc2; a MoE layer's
+  // router and experts stay in the parameter dtype), registered with the chunk's scaling state.
+  void enable_fp8(const std::shared_ptr<Fp8ScalingState>& state);
 
   Norm input_layernorm;
   SelfAttention self_attention;

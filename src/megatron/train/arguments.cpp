@@ -5,6 +5,7 @@
 
 #include "megatron/core/error.h"
 #include "megatron/parallel/pipeline_split.h"
+#include "megatron/train/fp8_arguments.h"
 #include "megatron/train/moe_arguments.h"
 
 namespace megatron::train {
@@ -290,6 +291,7 @@ std::vector<std::string> constraint_violations(const Arguments& a) {
   context_parallel_violations(a, v);
   checkpoint_and_data_violations(a, v);
   for (std::string& s : moe_violations(a)) out.push_back(std::move(s));
+  for (std::string& s : fp8_violations(a)) out.push_back(std::move(s));
   return out;
 }
 

@@ -66,6 +66,23 @@ struct MoeArguments {
   bool moe_per_layer_logging = false;
 };
 
+// FP8 (Megatron's --fp8-* flags, which it hands to Transformer Engine; defaults are Megatron's, not TE's).
+struct Fp8Arguments {
+  std::string fp8_format;                // "" (off), e4m3 or hybrid
+  std::string fp8_recipe = "delayed";    // delayed | tensorwise | blockwise | mxfp8 | custom
+  int fp8_margin = 0;
+  int fp8_interval = 1;                  // deprecated in Transformer Engine; accepted and ignored
+  int fp8_amax_history_len = 1;
+  std::string fp8_amax_compute_algo = "most_recent";  // most_recent | max
+  bool fp8_param_gather = false;
+  bool no_fp8_wgrad = false;             // refused: the weight gradient always runs in FP8 here
+  bool first_last_layers_bf16 = false;
+  int num_layers_at_start_in_bf16 = 1;
+  int num_layers_at_end_in_bf16 = 1;
+  std::string fp4_format;                // "" or e2m1 (Blackwell only: refused here)
+  std::string fp4_recipe = "nvfp4";
+};
+
 struct TrainingArguments {
   int micro_batch_size = 1;
   int global_batch_size = 0;         // 0 = micro_batch_size * data_parallel_size
@@ -168,6 +185,7 @@ struct Arguments {
   DataArguments data;
   CheckpointArguments checkpoint;
   MoeArguments moe;
+  Fp8Arguments fp8;
 
   int data_parallel_size() const;
   int padded_vocab_size() const;  // vocab_size rounded up to make_vocab_size_divisible_by * TP

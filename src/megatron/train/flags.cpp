@@ -247,6 +247,37 @@ std::vector<FlagSpec> moe_flags() {
   };
 }
 
+using F8 = Fp8Arguments;
+
+// FP8 (Megatron's names and defaults; train/fp8_arguments.h has the rules).
+std::vector<FlagSpec> fp8_flags() {
+  return {
+      flag("--fp8-format", &A::fp8, &F8::fp8_format,
+           "train the transformer layers' linears in FP8: e4m3 everywhere, or hybrid (e5m2 output gradients)",
+           {"e4m3", "hybrid"}),
+      flag("--fp8-recipe", &A::fp8, &F8::fp8_recipe,
+           "scaling: delayed (amax history), tensorwise (current scaling); blockwise, mxfp8 and custom are refused here",
+           {"delayed", "tensorwise", "blockwise", "mxfp8", "custom"}),
+      flag("--fp8-margin", &A::fp8, &F8::fp8_margin, "scale = fp8_max / amax / 2^margin"),
+      flag("--fp8-interval", &A::fp8, &F8::fp8_interval, "deprecated by Transformer Engine: accepted, ignored"),
+      flag("--fp8-amax-history-len", &A::fp8, &F8::fp8_amax_history_len, "delayed scaling: amaxes kept per tensor"),
+      flag("--fp8-amax-compute-algo", &A::fp8, &F8::fp8_amax_compute_algo,
+           "delayed scaling: the history's newest amax or its maximum", {"most_recent", "max"}),
+      flag("--fp8-param-gather", &A::fp8, &F8::fp8_param_gather,
+           "keep the compute weights in FP8 and all-gather them in FP8 (distributed optimizer)"),
+      flag("--no-fp8-wgrad", &A::fp8, &F8::no_fp8_wgrad,
+           "Megatron: the weight-gradient GEMM in higher precision (refused: it always runs in FP8 here)"),
+      flag("--first-last-layers-bf16", &A::fp8, &F8::first_last_layers_bf16,
+           "keep the first and last layers' linears in bf16 (not with --fp8-recipe delayed)"),
+      flag("--num-layers-at-start-in-bf16", &A::fp8, &F8::num_layers_at_start_in_bf16,
+           "with --first-last-layers-bf16: layers at the start kept in bf16"),
+      flag("--num-layers-at-end-in-bf16", &A::fp8, &F8::num_layers_at_end_in_bf16,
+           "with --first-last-layers-bf16: layers at the end kept in bf16"),
+      flag("--fp4-format", &A::fp8, &F8::fp4_format, "FP4 training (Blackwell only: refused on Hopper)", {"e2m1"}),
+      flag("--fp4-recipe", &A::fp8, &F8::fp4_recipe, "FP4 recipe (Blackwell only)", {"nvfp4", "custom"}),
+  };
+}
+
 // The parallel layout and data-parallel options.
 std::vector<FlagSpec> parallel_flags() {
   return {
@@ -342,7 +373,7 @@ std::vector<FlagSpec> checkpoint_flags() {
 const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = [] {
     std::vector<FlagSpec> all;
-    for (auto group : {&model_flags, &moe_flags, &training_flags, &parallel_flags, &data_flags, &checkpoint_flags})
+    for (auto group : {&model_flags, &moe_flags, &fp8_flags, &training_flags, &parallel_flags, &data_flags, &checkpoint_flags})
       for (FlagSpec& f : group()) all.push_back(std::move(f));
     return all;
   }();

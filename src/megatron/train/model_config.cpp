@@ -1,6 +1,7 @@
 #include "megatron/train/model_config.h"
 
 #include "megatron/core/error.h"
+#include "megatron/train/fp8_arguments.h"
 #include "megatron/train/moe_arguments.h"
 
 namespace megatron::train {
@@ -101,6 +102,7 @@ nn::TransformerConfig transformer_config(const Arguments& args, uint64_t seed) {
   Arguments resolved = args;
   resolve(resolved);
   c.moe = moe_config(resolved.moe, resolved.model);
+  c.fp8 = fp8_recipe(resolved);
   return c;
 }
 

@@ -71,7 +71,8 @@ void Trainer::setup() {
   // The gradient buffers first: they rebind the parameters the optimizer then refers to.
   distributed::DataParallelConfig ddp_config{.overlap_grad_reduce = p.overlap_grad_reduce,
                                           .use_distributed_optimizer = p.use_distributed_optimizer,
-                                          .bucket_size = p.ddp_bucket_size};
+                                          .bucket_size = p.ddp_bucket_size,
+                                          .grads_prescaled = true};
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(ctx_, parameters(), *parallel_->dp_cp().comm, ddp_config,
                                                                 parallel_->expert_dp().comm.get());
   {  // every rank must join the expert norm reductions when any rank (pipeline stage) holds experts
@@ -207,11 +208,13 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
       },
       .prepare = [&](int) { next = prepare_micro_batch(data); },
       // Dropout masks by the global micro-batch number, so DP = N draws DP = 1's masks for the same samples;
-      // gradients of loss * scale / M; the all-ones mask's sum is known here (no device read).
+      // gradients of loss * scale / (M x |DP x CP|): the data-parallel average is folded in here and the
+      // reduction sums, so every layout computes the same gradient values inside its micro-batches (FP8 casts
+      // them); the all-ones mask's sum is known here (no device read).
       .options = [&](int m) {
         return nn::ForwardOptions{.training = !forward_only,
                                   .dropout_step = (uint64_t(iteration) * uint64_t(M) + uint64_t(m)) * dp + dp_rank,
-                                  .grad_scale = loss_scale / M,
+                                  .grad_scale = loss_scale / (M * double(parallel_->dp_cp().comm->size())),
                                   .loss_denominator = double(loss_mask_.numel())};
       },
       .hooks = {},
@@ -265,6 +268,10 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
       optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip);
     scheduler_.step(1);
   }
+  // FP8: the iteration's amaxes become the next scales (delayed scaling; reduced over the stage's TP x DP x CP
+  // ranks, Transformer Engine's amax group), and the weights' FP8 copies are recast from the updated weights.
+  for (nn::GPTModel* chunk : chunks_)
+    if (chunk->fp8_state()) chunk->fp8_state()->end_iteration(ctx_, parallel_->tp_dp_cp().comm.get());
   return r;
 }
 
@@ -293,6 +300,10 @@ void Trainer::finish_param_gather() {
 
 double Trainer::evaluate(SampleStream& data) {
   if (dist_optimizer_) dist_optimizer_->finish_param_gather(ctx_);
+  // FP8 evaluation casts with the training scales but records no amaxes; the weights it casts are dropped
+  // again so that the next iteration records theirs.
+  for (nn::GPTModel* chunk : chunks_)
+    if (chunk->fp8_state()) chunk->fp8_state()->set_recording(false);
   double sum = 0;
   int64_t count = 0;
   for (int64_t it = 0; it < args_.training.eval_iters; ++it)
@@ -300,6 +311,11 @@ double Trainer::evaluate(SampleStream& data) {
       if (!loss.defined()) continue;  // not the last pipeline stage
       sum += read_scalar(ctx_, loss);
       ++count;
+    }
+  for (nn::GPTModel* chunk : chunks_)
+    if (chunk->fp8_state()) {
+      chunk->fp8_state()->set_recording(true);
+      chunk->fp8_state()->invalidate_weights();
     }
   return agree_on_loss(count ? sum / double(count) : 0.0);
 }

@@ -1,0 +1,132 @@
+#include "megatron/nn/fp8_linear.h"
+
+#include "megatron/ops/activation/activation.h"
+#include "megatron/ops/elementwise/elementwise.h"
+#include "megatron/ops/fp8/fp8.h"
+#include "megatron/ops/gemm/gemm.h"
+
+namespace megatron::nn {
+
+namespace {
+
+comm::Communicator* nontrivial(comm::Communicator* group) {
+  return group != nullptr && group->size() > 1 ? group : nullptr;
+}
+
+// Where a tensor's tensorwise amax is reduced: over TP when split there, over CP when it is an activation.
+Fp8AmaxGroups amax_groups(const Fp8TensorSplit& split, bool tp_split, bool activation) {
+  return {.tensor = tp_split ? nontrivial(split.group) : nullptr,
+          .sequence = activation ? nontrivial(split.sequence_group) : nullptr};
+}
+
+void check_multiple_of_16(const Parameter& weight, const char* what, int64_t value) {
+  MEGATRON_CHECK(value % 16 == 0, "FP8 linear ", weight.name, ": ", what, " = ", value,
+                 " must be a multiple of 16 (cuBLASLt's FP8 GEMMs); run this layer in bf16 "
+                 "(--first-last-layers-bf16) or change the shapes");
+}
+
+// This iteration's FP8 copies of the weight (cast on first use).
+const Fp8CastWeight& cast_weight(Context& ctx, const Parameter& weight, const Fp8Site& site,
+                                 const Fp8TensorSplit& split) {
+  Fp8ScalingState& state = *site.state;
+  if (const Fp8CastWeight* cached = state.cast_weight(site.index)) return *cached;
+  const DType dt = state.recipe().forward_dtype();
+  Fp8Operand w = fp8_quantize(ctx, weight.value, dt, state, state.weight(site.index), true, true,
+                              amax_groups(split, split.weight, false));
+  state.set_cast_weight(site.index, {.w = w.q, .w_t = w.q_t, .scale_inv = w.scale_inv});
+  return *state.cast_weight(site.index);
+}
+
+}  // namespace
+
+Fp8Operand fp8_quantize(Context& ctx, const Tensor& in, DType dtype, const Fp8ScalingState& state,
+                        const Fp8TensorScaling& slot, bool want_q, bool want_t, const Fp8AmaxGroups& groups) {
+  const Fp8Recipe& recipe = state.recipe();
+  const Tensor in2 = in.view({-1, in.shape().cols()});
+  const int64_t rows = in2.dim(0), cols = in2.dim(1);
+  Fp8Operand out;
+  if (want_q) out.q = ctx.empty({rows, cols}, dtype);
+  if (want_t) out.q_t = ctx.empty({cols, rows}, dtype);
+  if (recipe.scaling == Fp8Scaling::Delayed) {
+    out.scale_inv = slot.scale_inv;
+    ops::fp8_cast_transpose(ctx, out.q, out.q_t, state.recording() ? slot.amax : Tensor(), in2, slot.scale);
+    return out;
+  }
+  // Current scaling: this tensor's own amax (of the whole tensor when it is split over TP), then the scale.
+  Tensor amax = ctx.empty({1}, DType::F32);
+  ops::amax(ctx, amax, in2);
+  for (comm::Communicator* group : {groups.tensor, groups.sequence})
+    if (group != nullptr) group->all_reduce(amax, comm::ReduceOp::Max, ctx.stream());
+  Tensor scale = ctx.empty({1}, DType::F32);
+  out.scale_inv = ctx.empty({1}, DType::F32);
+  ops::fp8_scale_from_amax(ctx, scale, out.scale_inv, amax, fp8_max(dtype), recipe.margin,
+                           /*keep_on_invalid=*/false);
+  ops::fp8_cast_transpose(ctx, out.q, out.q_t, Tensor(), in2, scale);
+  return out;
+}
+
+LinearSaved fp8_linear_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parameter& weight,
+                               const Parameter* bias, const Fp8Site& site, const Fp8TensorSplit& split,
+                               const Tensor& gelu_input_out) {
+  const int64_t in = weight.value.dim(1), out = weight.value.dim(0);
+  const Tensor x2 = x.view({-1, in});
+  check_multiple_of_16(weight, "the input features", in);
+  check_multiple_of_16(weight, "the output features", out);
+  check_multiple_of_16(weight, "the token rows", x2.dim(0));
+  const Fp8ScalingState& state = *site.state;
+  const Fp8CastWeight& w = cast_weight(ctx, weight, site, split);
+  Fp8Operand xq = fp8_quantize(ctx, x2, state.recipe().forward_dtype(), state, state.input(site.index), true, true,
+                               amax_groups(split, split.input, true));
+  ops::GemmOptions opt{.transpose_b = true, .a_scale = xq.scale_inv, .b_scale = w.scale_inv};
+  if (bias != nullptr && bias->defined()) {
+    opt.epilogue = ops::GemmEpilogue::Bias;
+    opt.bias = bias->value;
+    if (bias->value.dtype() != DType::BF16 && bias->value.dtype() != DType::F16) {
+      // cuBLASLt's FP8 GEMMs take a bf16 bias (fp16 for an fp16 output): an F32 model's bias enters in bf16.
+      opt.bias = ctx.empty(bias->value.shape(), DType::BF16);
+      ops::cast(ctx, opt.bias, bias->value);
+    }
+  }
+  if (!gelu_input_out.defined()) {
+    ops::gemm(ctx, y.view({-1, out}), xq.q, w.w, opt);
+  } else {  // the pre-activation from the GEMM, then the GELU as its own pass
+    ops::gemm(ctx, gelu_input_out.view({-1, out}), xq.q, w.w, opt);
+    ops::gelu_forward(ctx, y.view({-1, out}), gelu_input_out.view({-1, out}));
+  }
+  return LinearSaved{.x_fp8_t = xq.q_t, .x_scale_inv = xq.scale_inv};
+}
+
+Fp8Grad fp8_linear_grad(Context& ctx, const Tensor& dy, const Fp8Site& site, const Fp8TensorSplit& split) {
+  const Fp8ScalingState& state = *site.state;
+  Fp8Grad g{.dy = dy.view({-1, dy.shape().cols()})};
+  g.q = fp8_quantize(ctx, g.dy, state.recipe().grad_dtype(), state, state.grad(site.index), true, true,
+                     amax_groups(split, split.grad, true));
+  return g;
+}
+
+void fp8_linear_backward_input(Context& ctx, const Tensor& dx, const Fp8Grad& g, const Parameter& weight,
+                               const Fp8Site& site, const Fp8TensorSplit& split, const Tensor& dx_gelu_input) {
+  const int64_t in = weight.value.dim(1);
+  const Fp8CastWeight& w = cast_weight(ctx, weight, site, split);
+  const ops::GemmOptions opt{.transpose_b = true, .a_scale = g.q.scale_inv, .b_scale = w.scale_inv};
+  if (!dx_gelu_input.defined()) {
+    ops::gemm(ctx, dx.view({-1, in}), g.q.q, w.w_t, opt);
+    return;
+  }
+  Tensor dact = ctx.empty({g.dy.dim(0), in}, dx.dtype());
+  ops::gemm(ctx, dact, g.q.q, w.w_t, opt);
+  ops::gelu_backward(ctx, dx.view({-1, in}), dact, dx_gelu_input.view({-1, in}));
+}
+
+void fp8_linear_backward_weight(Context& ctx, const Fp8Grad& g, const LinearSaved& saved, Parameter& weight,
+                                Parameter* bias) {
+  MEGATRON_CHECK(saved.x_fp8_t.defined(), "FP8 linear ", weight.name, ": backward without its forward's FP8 input");
+  ops::gemm(ctx, weight.main_grad, g.q.q_t, saved.x_fp8_t,
+            {.transpose_b = true, .beta = 1.0f, .a_scale = g.q.scale_inv, .b_scale = saved.x_scale_inv});
+  if (bias == nullptr || !bias->defined()) return;
+  Tensor db = ctx.empty({g.dy.dim(1)}, bias->main_grad.dtype());
+  ops::sum_columns(ctx, db, g.dy);
+  ops::add(ctx, bias->main_grad, bias->main_grad, db);
+}
+
+}  // namespace megatron::nn
