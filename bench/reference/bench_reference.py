@@ -1,10 +1,29 @@
-"""The PyTorch peer for benchmarks: the reference GPT (gpt_model.py) trained the way a strong PyTorch user
+r"""The PyTorch peer for benchmarks: the reference GPT (gpt_model.py) trained the way a strong PyTorch user
 would: torch.compile, SDPA (flash) attention, bf16 autocast over fp32 parameters, fused AdamW, gradient
 accumulation to the global batch, global-norm clipping; random tokens (mock data).
 
     python3 bench/reference/bench_reference.py --model gpt2-124m --micro-batch-size 64 --global-batch-size 512
     python3 bench/reference/bench_reference.py --model llama-0.89b --micro-batch-size 8 --global-batch-size 32
     python3 bench/reference/bench_reference.py --model mixtral-8x-0.9b --micro-batch-size 2 --global-batch-size 16
+    python3 bench/reference/bench_reference.py --model llama3-8b-layers --micro-batch-size 1 --global-batch-size 8 \
+        --fp8 tensorwise
+
+--fp8 none|tensorwise (default none): with tensorwise, the four linears of every transformer layer (QKV,
+attention output projection, MLP fc1 and fc2) run their forward GEMM and both backward GEMMs (dgrad, wgrad) in
+FP8 through torch._scaled_mm with dynamic tensorwise scaling, the recipe torchao's float8 training uses by
+default (Float8LinearConfig(), recipe "tensorwise"): per-tensor amax scales computed every step inside the
+compiled graph, float8_e4m3fn for the input and the weight, float8_e5m2 for the output gradient, saturating
+casts, fast accumulation in the forward GEMM only, bf16 outputs (bench/reference/fp8_linear.py). The embedding,
+the output layer (logits), the MoE router and the MoE experts stay in bf16. The RESULT json names the mode
+("fp8"); MFU stays against the bf16 dense peak (989 TFLOP/s) whatever the mode. bench/reference/
+check_fp8_linear.py checks the FP8 linear against an fp32 emulation and the bf16 linear.
+
+llama3-8b-layers is Llama-3-8B's layer shape (hidden 4096, 32 heads in 8 query groups, SwiGLU FFN 14336,
+RMSNorm, RoPE base 500000, no linear biases, untied embeddings, vocabulary 128256, seq 4096) with 8 layers by
+default (--num-layers N for more or fewer): 2.80B parameters at 8 layers, 1.05B of them the two embeddings.
+
+--device cpu runs the same code on the CPU (bf16 CPU autocast, AdamW not fused; use --no-compile and a small
+--num-layers / --seq-length) for quick functional checks; timings and memory there mean nothing.
 
 MoE models run their experts with --moe-impl loop (a GEMM pair per expert, outside the compiled graph: its
 slice sizes are data), grouped (torch._grouped_mm, compiled with the rest) or auto (the default: both are timed
@@ -42,6 +61,12 @@ MODELS = {
                         padded_vocab_size=32000, vocab_size=32000, position_embedding_type="rope", swiglu=True,
                         normalization="RMSNorm", untie_embeddings_and_output_weights=True,
                         disable_bias_linear=True),
+    # Llama-3-8B's layers (8 of its 32 by default): vocab 128256 (a multiple of 128), RoPE base 500000.
+    "llama3-8b-layers": dict(num_layers=8, hidden_size=4096, num_attention_heads=32, num_query_groups=8,
+                             ffn_hidden_size=14336, seq_length=4096, max_position_embeddings=4096,
+                             padded_vocab_size=128256, vocab_size=128256, position_embedding_type="rope",
+                             rotary_base=500000.0, swiglu=True, normalization="RMSNorm",
+                             untie_embeddings_and_output_weights=True, disable_bias_linear=True),
     # Mixtral-style MoE on the Llama-style 0.89B: 8 experts of 5632 (SwiGLU), top-2, switch aux loss 1e-2.
     "mixtral-8x-0.9b": dict(num_layers=16, hidden_size=2048, num_attention_heads=16, num_query_groups=8,
                             ffn_hidden_size=5632, seq_length=4096, max_position_embeddings=4096,
@@ -66,6 +91,11 @@ def main():
                     help="MoE experts: per-expert loop, torch._grouped_mm, or the faster of the two (timed)")
     ap.add_argument("--moe-probe-micro-batches", type=int, default=3,
                     help="--moe-impl auto: timed forward+backward micro-batches per implementation")
+    ap.add_argument("--fp8", choices=["none", "tensorwise"], default="none",
+                    help="tensorwise: the layers' linears (QKV, proj, fc1, fc2) in FP8 via torch._scaled_mm with "
+                         "dynamic tensorwise scales (torchao's float8 training recipe)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="cpu: functional checks only (with --no-compile and a small model)")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     spec = dict(MODELS[a.model])
@@ -75,17 +105,18 @@ def main():
         spec["num_layers"] = a.num_layers
     vocab = spec.pop("vocab_size")
     c = Config(**spec)
-    dev = "cuda"
-    model = GPT(c, dtype=torch.float32, device=dev)
+    dev = a.device
+    cuda = dev == "cuda"
+    model = GPT(c, dtype=torch.float32, device=dev, fp8=a.fp8)
     model.init_like_megatron()
     model.moe_compute_dtype = torch.bfloat16  # the expert GEMMs in bf16, as autocast runs every other GEMM
     named = model.named()
     opt = torch.optim.AdamW([{"params": [p for n, p in named if not no_weight_decay(n, p.shape)], "weight_decay": 0.1},
                              {"params": [p for n, p in named if no_weight_decay(n, p.shape)], "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=cuda)
 
     def loss_fn(tokens, labels):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(dev, dtype=torch.bfloat16):
             return model.loss(tokens, labels)
 
     step_loss = loss_fn if a.no_compile else torch.compile(loss_fn)
@@ -113,22 +144,24 @@ def main():
 
     for _ in range(a.warmup):
         iteration()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    sync(dev)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     for _ in range(a.iters):
         loss = iteration()
-    float(loss)
-    torch.cuda.synchronize()
+    loss = float(loss)
+    sync(dev)
     seconds = (time.perf_counter() - t0) / a.iters
     tokens = a.global_batch_size * c.seq_length
     tflops = megatron_flops_per_iteration(c, a.global_batch_size) / seconds / 1e12
     result = dict(impl="pytorch-compile" if not a.no_compile else "pytorch-eager", model=a.model, seq_length=c.seq_length,
                   micro_batch_size=a.micro_batch_size, global_batch_size=a.global_batch_size,
                   ms_per_iteration=seconds * 1e3, tokens_per_s=tokens / seconds, tflops_per_gpu=tflops,
-                  mfu=tflops / 989.0, peak_allocated_gib=torch.cuda.max_memory_allocated() / 2**30,
-                  device=torch.cuda.get_device_name(), torch=torch.__version__,
-                  parameters=sum(p.numel() for _, p in named), num_layers=c.num_layers, **moe)
+                  mfu=tflops / 989.0, peak_allocated_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+                  device=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
+                  parameters=sum(p.numel() for _, p in named), num_layers=c.num_layers, fp8=a.fp8,
+                  loss=loss, **moe)
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -148,11 +181,11 @@ def pick_moe_impl(a, model, step_loss, micro_batch):
             model.moe_impl = impl
             try:
                 step_loss(*split(micro_batch())).backward()  # compiles
-                torch.cuda.synchronize()
+                sync(a.device)
                 t0 = time.perf_counter()
                 for _ in range(a.moe_probe_micro_batches):
                     step_loss(*split(micro_batch())).backward()
-                torch.cuda.synchronize()
+                sync(a.device)
                 timings[impl] = round((time.perf_counter() - t0) / a.moe_probe_micro_batches * 1e3, 2)
             except Exception as e:  # noqa: BLE001 (a grouped GEMM or compile this torch cannot do: use the other)
                 errors[impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
@@ -162,7 +195,8 @@ def pick_moe_impl(a, model, step_loss, micro_batch):
         # than the same implementation compiled alone (mixtral-8x-0.9b, H200, torch 2.11).
         if not a.no_compile:
             torch._dynamo.reset()
-        torch.cuda.empty_cache()
+        if a.device == "cuda":
+            torch.cuda.empty_cache()
         if not timings:
             raise SystemExit(f"no MoE implementation ran: {errors}")
         chosen = min(timings, key=timings.get)
@@ -176,6 +210,11 @@ def pick_moe_impl(a, model, step_loss, micro_batch):
     if errors:
         out["moe_impl_errors"] = errors
     return out
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def split(batch):

@@ -25,12 +25,19 @@ as Megatron scales the aux-loss gradient by 1 / num_micro_batches). The experts 
 torch.compile's graph, the slice sizes being data), "grouped" (torch._grouped_mm over the same sorted tokens:
 static shapes, compiles; where this torch has it) and "dense" (every expert on every token, weighted by the
 sparse routing probabilities: the test oracle).
+
+FP8 (GPT(..., fp8="tensorwise")): the four linears of every layer (linear_qkv, linear_proj, linear_fc1,
+linear_fc2) run their forward and both backward GEMMs in FP8 through torch._scaled_mm with dynamic tensorwise
+scales, torchao's float8 training recipe (fp8_linear.py). The embedding, the output layer, the MoE router and
+the MoE experts stay as they are (the experts in moe_compute_dtype).
 """
 import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+FP8_MODES = ("none", "tensorwise")
 
 
 @dataclass
@@ -224,9 +231,17 @@ class RotaryTable:
 
 
 class GPT(torch.nn.Module):
-    def __init__(self, c: Config, dtype=torch.float32, device="cpu"):
+    def __init__(self, c: Config, dtype=torch.float32, device="cpu", fp8: str = "none"):
         super().__init__()
+        if fp8 not in FP8_MODES:
+            raise ValueError(f"fp8 must be one of {FP8_MODES}, not {fp8!r}")
         self.c = c
+        # "tensorwise": the layers' linears in FP8 (fp8_linear.py); a plain attribute, read at trace time.
+        # Imported only when asked for: the float8 dtypes need torch >= 2.1 (the CPU bench runs on 1.13).
+        self.fp8 = fp8
+        if fp8 != "none":
+            from fp8_linear import fp8_linear
+            self._fp8_linear = fp8_linear
         h, bias = c.hidden_size, not c.disable_bias_linear
         n, g, d = c.num_attention_heads, c.num_query_groups, c.head_dim
         P = lambda *shape: torch.nn.Parameter(torch.empty(*shape, dtype=dtype, device=device))
@@ -327,7 +342,10 @@ class GPT(torch.nn.Module):
         return (y * w.float()).to(x.dtype)
 
     def linear(self, x, prefix):
+        """The layers' linears (qkv, proj, fc1, fc2): in FP8 when self.fp8 says so."""
         b = self.p(prefix + ".bias") if self.has(prefix + ".bias") else None
+        if self.fp8 == "tensorwise":
+            return self._fp8_linear(x, self.p(prefix + ".weight"), b)
         return F.linear(x, self.p(prefix + ".weight"), b)
 
     def forward(self, tokens):

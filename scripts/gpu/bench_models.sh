@@ -101,6 +101,8 @@ if not lines:
 r = json.loads(lines[-1][7:])
 if "moe_impl" in r:
     name += f" ({r['moe_impl']} experts{'' if r['moe_compiled'] else ', eager'})"
+if r.get("fp8", "none") != "none":
+    name += f" (fp8 {r['fp8']})"
 print(f"| pytorch compile | {name} | {mbs} | {gbs} | {r['ms_per_iteration']:.1f} | {r['tokens_per_s']:,.0f} | "
       f"{r['tflops_per_gpu']:.1f} | {100 * r['mfu']:.1f}% | {r['peak_allocated_gib']:.2f} |")
 EOF
