@@ -48,7 +48,10 @@ Fp8Operand fp8_quantize(Context& ctx, const Tensor& in, DType dtype, const Fp8Sc
   if (want_q) out.q = ctx.empty({rows, cols}, dtype);
   if (want_t) out.q_t = ctx.empty({cols, rows}, dtype);
   if (recipe.scaling == Fp8Scaling::Delayed) {
-    out.scale_inv = slot.scale_inv;
+    // cuBLASLt refuses scale pointers inside the state's vectors (it wants them aligned beyond 4 bytes): the
+    // GEMMs read a copy in an allocation of its own.
+    out.scale_inv = ctx.empty({1}, DType::F32);
+    ops::copy(ctx, out.scale_inv, slot.scale_inv);
     ops::fp8_cast_transpose(ctx, out.q, out.q_t, state.recording() ? slot.amax : Tensor(), in2, slot.scale);
     return out;
   }

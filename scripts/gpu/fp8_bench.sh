@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# On the GPU machine: the FP8 measurements, in stages (several per call, in order):
+#   build    configure and build what they need (test_ops_fp8, test_nn_fp8_linear, bench_ops, pretrain_gpt)
+#   ops      the FP8 op suites on the GPU (bit-exact against the CPU) and the cast-transpose bandwidth
+#   llama    the Llama-style 0.89B (seq 2048, mbs 4, gbs 32): bf16, FP8 delayed (hybrid), FP8 tensorwise
+#   llama8b  Llama-3-8B-shaped layers (h 4096, GQA 32/8, ffn 14336, vocab 128256, seq 4096, LAYERS8B layers,
+#            mbs 1, gbs 8): bf16, FP8 delayed, FP8 tensorwise
+#   peer8b   the PyTorch peer on the same shapes: bf16 autocast and torch._scaled_mm tensorwise FP8
+# Logs under $OUT; the tokens/s, TFLOP/s and peak memory lines are printed.
+#   scripts/gpu/fp8_bench.sh build ops llama
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+T0=$(date +%s)
+since() { echo "-- $1 at $(( $(date +%s) - T0 )) s"; }
+LAYERS8B=${LAYERS8B:-8}
+COMMON=(--lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --adam-beta2 0.95 --bf16
+        --mock-data --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-interval 100000 --eval-iters 0
+        --device cuda --use-distributed-optimizer)
+LLAMA=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
+       --ffn-hidden-size 5632 --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000
+       --position-embedding-type rope --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights
+       --disable-bias-linear --micro-batch-size 4 --global-batch-size 32 --train-iters 6)
+LLAMA8B=(--num-layers "$LAYERS8B" --hidden-size 4096 --num-attention-heads 32 --group-query-attention
+         --num-query-groups 8 --ffn-hidden-size 14336 --seq-length 4096 --max-position-embeddings 4096
+         --vocab-size 128256 --rotary-base 500000 --position-embedding-type rope --swiglu --normalization RMSNorm
+         --untie-embeddings-and-output-weights --disable-bias-linear --micro-batch-size 1 --global-batch-size 8
+         --train-iters 6)
+# Our run: the mean of iterations 3..6 and the peak memory line.
+ours() {
+  local name=$1; shift
+  timeout 150 build-gpu/tools/pretrain_gpt "$@" >"$OUT/$name.log" 2>&1
+  echo "$name: $(grep -E "iteration +[3-6]/" "$OUT/$name.log" | grep -o "per iteration (ms): [0-9.]*" |
+    awk '{s+=$4; n++} END {if (n) printf "%.1f ms/iter", s/n}') | $(grep -E "iteration +6/" "$OUT/$name.log" |
+    grep -o "TFLOP/s/GPU): [0-9.]*\|tokens per second per GPU: [0-9]*" | tr '\n' ' ')"
+  grep -iE "error|peak|out of memory" "$OUT/$name.log" | head -3
+}
+for stage in "$@"; do
+  case $stage in
+    build)
+      cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" >"$OUT/configure.log" 2>&1 &&
+        cmake --build build-gpu -j "$(nproc)" --target test_ops_fp8 test_nn_fp8_linear bench_ops pretrain_gpt \
+          >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head; exit 1; } ;;
+    ops)
+      (cd build-gpu && timeout 90 ctest -R "fp8" -LE mpi --timeout 80) 2>&1 | grep -E "Test +#|tests passed|Failed"
+      timeout 60 build-gpu/bench/bench_ops --only fp8 >"$OUT/bench_fp8.log" 2>&1
+      grep -E "fp8|GB/s" "$OUT/bench_fp8.log" | cut -c1-160 | head -20 ;;
+    llama)
+      ours llama_bf16 "${LLAMA[@]}" "${COMMON[@]}"
+      ours llama_fp8_delayed "${LLAMA[@]}" "${COMMON[@]}" --fp8-format hybrid --fp8-recipe delayed
+      ours llama_fp8_tensorwise "${LLAMA[@]}" "${COMMON[@]}" --fp8-format hybrid --fp8-recipe tensorwise ;;
+    llama8b)
+      ours llama8b_bf16 "${LLAMA8B[@]}" "${COMMON[@]}"
+      ours llama8b_fp8_delayed "${LLAMA8B[@]}" "${COMMON[@]}" --fp8-format hybrid --fp8-recipe delayed
+      ours llama8b_fp8_tensorwise "${LLAMA8B[@]}" "${COMMON[@]}" --fp8-format hybrid --fp8-recipe tensorwise ;;
+    peer8b)
+      for mode in none tensorwise; do
+        timeout 200 python3 bench/reference/bench_reference.py --model llama3-8b-layers --num-layers "$LAYERS8B" \
+          --micro-batch-size 1 --global-batch-size 8 --iters 4 --warmup 2 --fp8 $mode >"$OUT/peer8b_$mode.log" 2>&1
+        echo "peer $mode: $(grep RESULT "$OUT/peer8b_$mode.log" | cut -c1-400)"
+        grep -iE "error|out of memory" "$OUT/peer8b_$mode.log" | tail -2
+      done ;;
+    *) echo "unknown stage $stage" >&2; exit 2 ;;
+  esac
+  since "$stage"
+done
