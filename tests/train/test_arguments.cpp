@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "megatron/train/flags.h"
 #include "megatron/train/flops.h"
+#include "megatron/train/fp8_arguments.h"
 #include "megatron/train/moe_arguments.h"
 
 namespace megatron::train {
@@ -285,6 +286,58 @@ TEST(Flops, MoeLayersCountTheRoutedAndSharedExpertsAsMegatron) {
   const double T = 4.0 * a.model.seq_length, h = 768, k = 2;
   const double want = 6 * h * k * T * (3072.0 * 4 + (1024.0 * 2 + 512) * 8 - 3072.0 * 12);
   EXPECT_DOUBLE_EQ(num_floating_point_operations(a, 4) - num_floating_point_operations(dense, 4), want);
+}
+
+}  // namespace
+}  // namespace megatron::train
+
+namespace megatron::train {
+namespace {
+
+Arguments fp8_args(std::vector<std::string> extra) {
+  std::vector<std::string> argv = gpt2_small();
+  argv.pop_back();  // --data-path without a value: mock data
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Arguments a = parse_arguments(argv);
+  a.parallel.world_size = 1;
+  return a;
+}
+
+// FP8: Megatron's defaults become the model's recipe; every rule and every recipe this build cannot run is
+// reported at once, naming the flag and the reason.
+TEST(Validate, Fp8FlagsResolveAndEveryFp8RuleIsReported) {
+  Arguments a = fp8_args({"--fp8-format", "hybrid"});
+  resolve_and_validate(a);
+  const nn::Fp8Recipe r = fp8_recipe(a);
+  EXPECT_TRUE(r.enabled);
+  EXPECT_EQ(r.scaling, nn::Fp8Scaling::Delayed);
+  EXPECT_EQ(r.amax_history_len, 1);
+  EXPECT_FALSE(r.amax_compute_max);
+  EXPECT_EQ(r.grad_dtype(), DType::F8E5M2);
+  EXPECT_FALSE(fp8_recipe(fp8_args({})).enabled);
+  Arguments bf16_ends = fp8_args({"--fp8-format", "e4m3", "--fp8-recipe", "tensorwise", "--first-last-layers-bf16",
+                                  "--num-layers-at-end-in-bf16", "2"});
+  resolve_and_validate(bf16_ends);
+  const nn::Fp8Recipe e = fp8_recipe(bf16_ends);
+  EXPECT_EQ(e.grad_dtype(), DType::F8E4M3);
+  EXPECT_FALSE(e.fp8_layer(0, 12));
+  EXPECT_TRUE(e.fp8_layer(1, 12));
+  EXPECT_TRUE(e.fp8_layer(9, 12));
+  EXPECT_FALSE(e.fp8_layer(10, 12));
+  expect_error([] { Arguments c = fp8_args({"--fp8-format", "e4m3", "--fp8-recipe", "mxfp8", "--fp4-format", "e2m1",
+                                            "--first-last-layers-bf16", "--fp8-amax-history-len", "0"});
+                    resolve_and_validate(c); },
+               {"--fp8-recipe mxfp8 needs Blackwell", "--fp4-format e2m1", "cannot be used together",
+                "--fp8-amax-history-len 0 must be >= 1"});
+  expect_error([] { Arguments c = fp8_args({"--fp8-format", "e4m3", "--first-last-layers-bf16",
+                                            "--num-layers-at-start-in-bf16", "13"});
+                    resolve_and_validate(c); },
+               {"does not work with --fp8-recipe delayed", "--num-layers-at-start-in-bf16 13 must be between 0 and"});
+  expect_error([] { Arguments c = fp8_args({"--fp8-recipe", "blockwise", "--fp8-format", "e4m3", "--fp8-param-gather"});
+                    resolve_and_validate(c); },
+               {"--fp8-recipe blockwise", "--fp8-param-gather is not implemented yet"});
+  expect_error([] { Arguments c = fp8_args({"--fp8-param-gather"}); resolve_and_validate(c); },
+               {"--fp8-param-gather", "not implemented yet"});
 }
 
 }  // namespace
