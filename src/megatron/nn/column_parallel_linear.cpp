@@ -101,8 +101,7 @@ void ColumnParallelLinear::enable_fp8(const std::shared_ptr<Fp8ScalingState>& st
                                       comm::Communicator* sequence_group) {
   sequence_group_ = sequence_group;
   MEGATRON_CHECK(!options_.gather_output, "ColumnParallelLinear ", weight.name, ": FP8 needs gather_output off");
-  const std::string suffix = ".weight";
-  fp8_ = Fp8Site{.state = state, .index = state->add_linear(weight.name.substr(0, weight.name.size() - suffix.size()))};
+  fp8_ = register_fp8_linear(state, weight.name);
 }
 
 LinearSaved ColumnParallelLinear::fp8_forward(Context& ctx, const Tensor& y, const Tensor& x,

@@ -60,6 +60,13 @@ void Fp8ScalingState::set_cast_weight(int linear, Fp8CastWeight cast) {
   weights_.at(size_t(linear)) = std::make_unique<Fp8CastWeight>(std::move(cast));
 }
 
+Fp8Site register_fp8_linear(const std::shared_ptr<Fp8ScalingState>& state, const std::string& weight_name) {
+  const std::string suffix = ".weight";
+  MEGATRON_CHECK(weight_name.size() > suffix.size() && weight_name.ends_with(suffix), "FP8 linear: weight '",
+                 weight_name, "' is not named <linear>.weight");
+  return Fp8Site{.state = state, .index = state->add_linear(weight_name.substr(0, weight_name.size() - suffix.size()))};
+}
+
 void Fp8ScalingState::invalidate_weights() {
   for (auto& w : weights_) w.reset();
 }

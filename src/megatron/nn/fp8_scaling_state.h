@@ -105,4 +105,7 @@ struct Fp8Site {
   bool enabled() const { return state != nullptr; }
 };
 
+// Registers the linear whose weight parameter is `weight_name` ("<linear>.weight") with `state`.
+Fp8Site register_fp8_linear(const std::shared_ptr<Fp8ScalingState>& state, const std::string& weight_name);
+
 }  // namespace megatron::nn

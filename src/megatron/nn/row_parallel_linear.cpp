@@ -87,8 +87,7 @@ void RowParallelLinear::backward(Context& ctx, LinearSaved&& saved, const Tensor
 void RowParallelLinear::enable_fp8(const std::shared_ptr<Fp8ScalingState>& state,
                                       comm::Communicator* sequence_group) {
   sequence_group_ = sequence_group;
-  const std::string suffix = ".weight";
-  fp8_ = Fp8Site{.state = state, .index = state->add_linear(weight.name.substr(0, weight.name.size() - suffix.size()))};
+  fp8_ = register_fp8_linear(state, weight.name);
 }
 
 void RowParallelLinear::collect_parameters(ParameterList& out) {
