@@ -20,6 +20,7 @@
 #include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/train/flags.h"
+#include "megatron/train/fp8_arguments.h"
 #include "megatron/train/model_config.h"
 #include "megatron/trainer/trainer.h"
 
@@ -68,6 +69,7 @@ struct TrainingRun {
   TrainingRun(train::Arguments a, DType dtype, uint64_t seed) : args(std::move(a)) {
     nn::TransformerConfig config = train::transformer_config(args.model, dtype, seed);
     config.moe = train::moe_config(args.moe, args.model);
+    config.fp8 = train::fp8_recipe(args);
     model = std::make_unique<nn::GPTModel>(*ctx, config);
     data = std::make_unique<trainer::TrainingData>(args, args.model.vocab_size - 1);
     train = data->stream(data::Split::train);
@@ -160,6 +162,71 @@ TEST(Resume, BitExactInBf16WithFp32Masters) {
   f.insert(f.end(), {"--data-path", write_dataset(dir), "--split", "90,5,5", "--vocab-size", "512",
                      "--data-cache-path", (dir / "cache").string(), "--bf16"});
   expect_bit_exact_resume(f, DType::BF16, false);
+}
+
+// FP8 on mock data: delayed scaling (its amax histories and scales are state the checkpoint must carry: the
+// resumed process starts from fresh ones) and tensorwise scaling (no state).
+const std::vector<std::string> kFp8Delayed = {"--fp8-format", "hybrid", "--fp8-recipe", "delayed",
+                                              "--fp8-amax-history-len", "4", "--fp8-amax-compute-algo", "max"};
+
+TEST(Resume, BitExactInFp8) {
+  for (const std::vector<std::string>& recipe :
+       {kFp8Delayed, std::vector<std::string>{"--fp8-format", "e4m3", "--fp8-recipe", "tensorwise"}}) {
+    SCOPED_TRACE(recipe[3]);
+    std::vector<std::string> f = base_flags(8);
+    f.insert(f.end(), {"--mock-data", "--vocab-size", "4096"});
+    f.insert(f.end(), recipe.begin(), recipe.end());
+    expect_bit_exact_resume(f, DType::F32, false);
+  }
+}
+
+// An FP8 run's checkpoint loads into a run without FP8 (the scaling state is left unread) and the other way
+// round (the FP8 run starts from fresh scaling state: scales 1, empty histories); the weights are the saved ones
+// and training continues.
+TEST(Resume, Fp8AndPlainCheckpointsLoadIntoEachOther) {
+  std::vector<std::string> plain = base_flags(8);
+  plain.insert(plain.end(), {"--mock-data", "--vocab-size", "4096"});
+  std::vector<std::string> fp8 = plain;
+  fp8.insert(fp8.end(), kFp8Delayed.begin(), kFp8Delayed.end());
+  auto expect_same_weights = [](TrainingRun& got, TrainingRun& saved) {
+    const nn::ParameterList g = got.model->parameters(), w = saved.model->parameters();
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t i = 0; i < g.size(); ++i)
+      EXPECT_EQ(testing::to_doubles(*got.ctx, g[i]->value), testing::to_doubles(*saved.ctx, w[i]->value)) << w[i]->name;
+  };
+  auto expect_trains = [](TrainingRun& run) {
+    for (double loss : run.steps(6)) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
+  };
+  {
+    fs::path root = testing::make_temp_dir("resume_fp8_to_plain");
+    TrainingRun saved(make_args(fp8), DType::F32, 11);
+    saved.steps(3);
+    save_training_checkpoint(*saved.ctx, root, saved.state(), {}, nullptr);
+    TrainingRun loaded(make_args(plain), DType::F32, 99);
+    ASSERT_EQ(loaded.model->fp8_state(), nullptr);
+    loaded.load(root, {});
+    EXPECT_EQ(loaded.iteration, 3);
+    EXPECT_EQ(loaded.trainer->optimizer().step_count(), 3);
+    expect_same_weights(loaded, saved);
+    expect_trains(loaded);
+  }
+  {
+    fs::path root = testing::make_temp_dir("resume_plain_to_fp8");
+    TrainingRun saved(make_args(plain), DType::F32, 11);
+    saved.steps(3);
+    save_training_checkpoint(*saved.ctx, root, saved.state(), {}, nullptr);
+    TrainingRun loaded(make_args(fp8), DType::F32, 99);
+    ASSERT_NE(loaded.model->fp8_state(), nullptr);
+    loaded.load(root, {});
+    EXPECT_EQ(loaded.iteration, 3);
+    expect_same_weights(loaded, saved);
+    const nn::Fp8ScalingState& state = *loaded.model->fp8_state();
+    for (double v : testing::to_doubles(*loaded.ctx, state.forward_scale())) EXPECT_EQ(v, 1.0);
+    for (double v : testing::to_doubles(*loaded.ctx, state.backward_scale())) EXPECT_EQ(v, 1.0);
+    for (double v : testing::to_doubles(*loaded.ctx, state.forward_history())) EXPECT_EQ(v, 0.0);
+    expect_trains(loaded);
+    for (double v : testing::to_doubles(*loaded.ctx, state.forward_scale())) EXPECT_NE(v, 1.0);  // it records
+  }
 }
 
 TEST(Resume, FinetuneNoLoadOptimAndArchitectureMismatch) {

@@ -361,6 +361,30 @@ TEST(GemmCpu, Fp8AppliesScalesAndAmax) {
   }
 }
 
+// fp8 inputs into an F64 D (the CPU's double-precision emulation of FP8 training): the scaled products
+// summed in double, accumulating onto D (beta 1) with a bf16 bias; scales that are not powers of two.
+TEST(GemmCpu, Fp8IntoF64SumsInDouble) {
+  Context& ctx = testing::cpu_context();
+  const int64_t m = 32, n = 16, k = 48;
+  Tensor a = random_cpu(Shape{m, k}, DType::F8E4M3, 11);
+  Tensor b = random_cpu(Shape{n, k}, DType::F8E5M2, 12);
+  Tensor bias = random_cpu(Shape{n}, DType::BF16, 13);
+  Tensor sa = ctx.empty(Shape{1}, DType::F32), sb = ctx.empty(Shape{1}, DType::F32);
+  sa.data<float>()[0] = 0.3f;
+  sb.data<float>()[0] = 1.7f;
+  Tensor d = random_cpu(Shape{m, n}, DType::F64, 14);
+  Tensor d0 = random_cpu(Shape{m, n}, DType::F64, 14);
+  gemm(ctx, d, a, b, {.transpose_b = true, .beta = 1.0f, .epilogue = GemmEpilogue::Bias, .bias = bias, .a_scale = sa,
+                      .b_scale = sb});
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t q = 0; q < k; ++q) s += (at(a, i * k + q) * double(0.3f)) * (at(b, j * k + q) * double(1.7f));
+      const double want = s + at(d0, i * n + j) + at(bias, j);
+      EXPECT_NEAR(at(d, i * n + j), want, 1e-13 * (1 + std::abs(want))) << "element " << i << ", " << j;
+    }
+}
+
 // The epilogue equals separate ops: plain gemm, then + bias, then GELU (fp64, CPU).
 TEST(GemmCpu, BiasGeluEpilogueEqualsSeparateOps) {
   Context& ctx = testing::cpu_context();

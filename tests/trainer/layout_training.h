@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,10 +39,14 @@ struct TrainedRun {
   double valid_loss = 0;
 };
 
-inline TrainedRun train_layout(const train::Arguments& a, const parallel::ParallelContext& pc, const TrainingData& data) {
+// params_dtype: the model's dtype when not the flags' (F64: FP8 training emulated at double precision).
+inline TrainedRun train_layout(const train::Arguments& a, const parallel::ParallelContext& pc, const TrainingData& data,
+                               std::optional<DType> params_dtype = std::nullopt) {
   Context& ctx = testing::cpu_context();
+  nn::TransformerConfig config = train::transformer_config(a, uint64_t(a.training.seed));
+  if (params_dtype) config.params_dtype = *params_dtype;
   const auto chunks = build_model_chunks(
-      ctx, train::transformer_config(a, uint64_t(a.training.seed)),
+      ctx, config,
       parallel::TensorParallel::create(ctx, pc.tp().comm, a.parallel.sequence_parallel), context_parallel(pc, a), a,
       pc.pp().rank(), moe_parallel(pc));
   SampleStream train_stream = data.stream(data::Split::train), valid_stream = data.stream(data::Split::valid);
@@ -90,17 +95,19 @@ using MakeArgs = std::function<train::Arguments(int, const std::vector<std::stri
 using Architecture = std::pair<std::string, std::vector<std::string>>;
 
 // Every layout of every architecture against one rank's run of the same function.
-// min_moe_losses: how many router losses the log line must carry (MoE models).
+// min_moe_losses: how many router losses the log line must carry (MoE models); params_dtype: as train_layout's.
 inline void expect_layouts_train_like_one_rank(comm::Communicator& world, const std::vector<Layout>& layouts,
                                                const std::vector<Architecture>& archs, const MakeArgs& make_args,
-                                               size_t min_moe_losses = 0) {
+                                               size_t min_moe_losses = 0,
+                                               std::optional<DType> params_dtype = std::nullopt) {
   for (const auto& [arch_name, arch] : archs) {
     const train::Arguments ref_args = make_args(1, arch, {});
     const TrainingData data(ref_args, ref_args.model.vocab_size - 1);
     std::map<std::vector<std::string>, TrainedRun> references;
     for (const Layout& l : layouts)
       if (!references.count(l.function))
-        references[l.function] = train_layout(make_args(1, arch, l.function), parallel::ParallelContext::single(), data);
+        references[l.function] =
+            train_layout(make_args(1, arch, l.function), parallel::ParallelContext::single(), data, params_dtype);
     EXPECT_GT(references[{}].grad_norms.front(), 0.5);  // clipping is active
     EXPECT_GE(references[{}].moe_losses.front().size(), min_moe_losses);
     for (const Layout& l : layouts) {
@@ -114,7 +121,8 @@ inline void expect_layouts_train_like_one_rank(comm::Communicator& world, const 
         if (l.sizes.tensor_model_parallel == 2) flags.insert(flags.end(), {"--make-vocab-size-divisible-by", "8"});
         const train::Arguments a = make_args(l.ranks, arch, flags);
         ASSERT_EQ(a.padded_vocab_size(), ref_args.padded_vocab_size());
-        expect_same_training(train_layout(a, parallel::ParallelContext::create(sub, l.sizes), data), references[l.function]);
+        expect_same_training(train_layout(a, parallel::ParallelContext::create(sub, l.sizes), data, params_dtype),
+                             references[l.function]);
       }
       world.barrier();
     }

@@ -127,8 +127,13 @@ void fp8_linear_backward_weight(Context& ctx, const Fp8Grad& g, const LinearSave
   ops::gemm(ctx, weight.main_grad, g.q.q_t, saved.x_fp8_t,
             {.transpose_b = true, .beta = 1.0f, .a_scale = g.q.scale_inv, .b_scale = saved.x_scale_inv});
   if (bias == nullptr || !bias->defined()) return;
-  Tensor db = ctx.empty({g.dy.dim(1)}, bias->main_grad.dtype());
+  Tensor db = ctx.empty({g.dy.dim(1)}, DType::F32);  // the column sums come in f32
   ops::sum_columns(ctx, db, g.dy);
+  if (bias->main_grad.dtype() != DType::F32) {  // F64 parameters (the CPU's double-precision emulation)
+    Tensor wide = ctx.empty(db.shape(), bias->main_grad.dtype());
+    ops::cast(ctx, wide, db);
+    db = wide;
+  }
   ops::add(ctx, bias->main_grad, bias->main_grad, db);
 }
 

@@ -62,7 +62,6 @@ void TransformerConfig::fp8_violations(int tp, std::vector<std::string>& v) cons
   auto need = [&](bool ok, auto&&... parts) {
     if (!ok) v.push_back(str_cat(parts...));
   };
-  need(params_dtype != DType::F64, "FP8 (--fp8-format) needs BF16, F16 or F32 parameters, not F64");
   need(fp8.amax_history_len >= 1, "--fp8-amax-history-len ", fp8.amax_history_len, " must be >= 1");
   need(fp8.margin >= 0, "--fp8-margin ", fp8.margin, " must be >= 0");
   // cuBLASLt's FP8 GEMMs need every dimension a multiple of 16: the linears' in/out features per TP rank.

@@ -10,7 +10,8 @@
 // Precision. F32 inputs and D: sgemm straight into D (alpha and beta applied by BLAS in fp32), epilogue in
 // fp32 (GELU with cpu_math.h's tanh, ~1e-7 relative; the test limit for fp32 GELU is NMSE 1e-6). Narrow
 // inputs (bf16, f16, fp8 with their scales) are widened to fp32 first; a narrow D is computed in an fp32
-// tile and rounded once. F64: dgemm and a double epilogue (std::tanh): the finite-difference reference.
+// tile and rounded once. F64 (inputs, or fp8 inputs into an F64 D): dgemm and a double epilogue (std::tanh): the
+// finite-difference reference, and FP8 training emulated at double precision.
 #include "megatron/ops/gemm/cpu.h"
 
 #include <cblas.h>
@@ -270,7 +271,7 @@ void row_sums_of_op_a(const Tensor& out, const Tensor& a, const GemmOptions& opt
 }  // namespace
 
 void gemm(Context& ctx, const Tensor& d, const Tensor& a, const Tensor& b, const GemmOptions& opt, const GemmDims& g) {
-  if (a.dtype() == DType::F64) run<double>(d, a, b, opt, g);
+  if (a.dtype() == DType::F64 || d.dtype() == DType::F64) run<double>(d, a, b, opt, g);  // F64 D: fp8 inputs too
   else run<float>(d, a, b, opt, g);
   if (opt.bias_grad_out.defined()) row_sums_of_op_a(opt.bias_grad_out, a, opt, g);
 }

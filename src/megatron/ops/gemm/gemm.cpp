@@ -80,7 +80,10 @@ void check_fp8_inputs(Context& ctx, OpCheck& check, const Tensor& d, const Tenso
   check.that(is_fp8(a.dtype()) && is_fp8(b.dtype()), "fp8 needs both A and B in fp8; got ", call);
   check.that(!(a.dtype() == DType::F8E5M2 && b.dtype() == DType::F8E5M2),
              "f8e5m2 x f8e5m2 is not supported by cuBLASLt (one operand must be f8e4m3); got ", call);
-  check.dtype_in("d", d, {DType::BF16, DType::F16, DType::F32, DType::F8E4M3, DType::F8E5M2});
+  check.dtype_in("d", d, {DType::BF16, DType::F16, DType::F32, DType::F64, DType::F8E4M3, DType::F8E5M2});
+  // An F64 D (the CPU's emulation of FP8 training at double precision: products of FP8 values summed with
+  // ~1e-16 rounding, so reordered sums round to the same FP8 values downstream).
+  check.that(d.dtype() != DType::F64 || !ctx.is_cuda(), "f64 runs on the CPU only; got ", call);
   check.that(!opt.transpose_a && opt.transpose_b,
              "fp8 inputs need A as [M, K] and B as [N, K] (transpose_a = false, transpose_b = true: the only "
              "layout, 'TN', that cuBLASLt's fp8 kernels support); got ", call);
