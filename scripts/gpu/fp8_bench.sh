@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine: the FP8 measurements, in stages (several per call, in order):
-#   build    configure and build what they need (test_ops_fp8, test_nn_fp8_linear, bench_ops, pretrain_gpt)
+#   build    configure and build what they need (test_ops_fp8, test_nn_fp8_linear, bench_ops, pretrain_gpt; or
+#            BUILD_TARGETS)
 #   ops      the FP8 op suites on the GPU (bit-exact against the CPU) and the cast-transpose bandwidth
 #   llama    the Llama-style 0.89B (seq 2048, mbs 4, gbs 32): bf16, FP8 delayed (hybrid), FP8 tensorwise
 #   llama8b  Llama-3-8B-shaped layers (h 4096, GQA 32/8, ffn 14336, vocab 128256, seq 4096, LAYERS8B layers,
 #            mbs 1, gbs 8): bf16, FP8 delayed, FP8 tensorwise
 #   peer8b   the PyTorch peer on the same shapes: bf16 autocast and torch._scaled_mm tensorwise FP8
+#   converge the Llama-style 0.89B on real text (.deps/docs from scripts/gpu/prepare_text_corpus.sh; seq 2048,
+#            gbs 8, CONVERGE_ITERS iterations, the same seed): bf16, FP8 delayed, FP8 tensorwise; prints each
+#            run's mean loss over the last 50 iterations (bench/plot_fp8_convergence.py plots the logs)
 # Logs under $OUT; the tokens/s, TFLOP/s and peak memory lines are printed.
 #   scripts/gpu/fp8_bench.sh build ops llama
 set -uo pipefail
@@ -27,6 +31,27 @@ LLAMA8B=(--num-layers "$LAYERS8B" --hidden-size 4096 --num-attention-heads 32 --
          --vocab-size 128256 --rotary-base 500000 --position-embedding-type rope --swiglu --normalization RMSNorm
          --untie-embeddings-and-output-weights --disable-bias-linear --micro-batch-size 1 --global-batch-size 8
          --train-iters 6)
+CONVERGE_ITERS=${CONVERGE_ITERS:-500}
+CONVERGE=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
+          --ffn-hidden-size 5632 --seq-length 2048 --max-position-embeddings 2048 --position-embedding-type rope
+          --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear
+          --micro-batch-size 4 --global-batch-size 8 --train-iters "$CONVERGE_ITERS" --lr 3e-4 --min-lr 3e-5
+          --lr-decay-style cosine --lr-warmup-iters 50 --weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --bf16
+          --hidden-dropout 0 --attention-dropout 0 --seed 1234 --log-interval 1 --eval-interval 100 --eval-iters 4
+          --data-path .deps/docs/docs_text_document --split 98,1,1 --data-cache-path "$OUT/data-cache"
+          --tokenizer-type GPT2BPETokenizer --vocab-file .deps/docs/vocab.json --merge-file .deps/docs/merges.txt
+          --device cuda --use-distributed-optimizer)
+# A convergence run: the log, its wall time, and the mean lm loss of its last 50 iterations.
+converge() {
+  local name=$1; shift
+  local t0=$(date +%s)
+  timeout 240 build-gpu/tools/pretrain_gpt "$@" >"$OUT/$name.log" 2>&1
+  echo "$name: $(( $(date +%s) - t0 )) s, $(grep -c "lm loss:" "$OUT/$name.log") iterations logged, mean lm loss of" \
+    "the last 50: $(grep "lm loss:" "$OUT/$name.log" | tail -50 | grep -o "lm loss: [0-9.E+-]*" |
+      awk '{s+=$3; n++} END {if (n) printf "%.5f", s/n}'), tokens/s at the end: $(grep "lm loss:" "$OUT/$name.log" |
+      tail -1 | grep -o "tokens per second per GPU: [0-9]*" | grep -o "[0-9]*$")"
+  grep -iE "error|out of memory|nan" "$OUT/$name.log" | head -3
+}
 # Our run: the mean of iterations 3..6 and the peak memory line.
 ours() {
   local name=$1; shift
@@ -41,7 +66,7 @@ for stage in "$@"; do
     build)
       cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" >"$OUT/configure.log" 2>&1 &&
-        cmake --build build-gpu -j "$(nproc)" --target test_ops_fp8 test_nn_fp8_linear bench_ops pretrain_gpt \
+        cmake --build build-gpu -j "$(nproc)" --target ${BUILD_TARGETS:-test_ops_fp8 test_nn_fp8_linear bench_ops pretrain_gpt} \
           >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head; exit 1; } ;;
     ops)
       (cd build-gpu && timeout 90 ctest -R "fp8" -LE mpi --timeout 80) 2>&1 | grep -E "Test +#|tests passed|Failed"
@@ -62,6 +87,10 @@ for stage in "$@"; do
         echo "peer $mode: $(grep RESULT "$OUT/peer8b_$mode.log" | cut -c1-400)"
         grep -iE "error|out of memory" "$OUT/peer8b_$mode.log" | tail -2
       done ;;
+    converge)
+      converge converge_bf16 "${CONVERGE[@]}"
+      converge converge_fp8_delayed "${CONVERGE[@]}" --fp8-format hybrid --fp8-recipe delayed
+      converge converge_fp8_tensorwise "${CONVERGE[@]}" --fp8-format hybrid --fp8-recipe tensorwise ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
   since "$stage"
