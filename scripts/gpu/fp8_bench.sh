@@ -50,7 +50,7 @@ converge() {
     "the last 50: $(grep "lm loss:" "$OUT/$name.log" | tail -50 | grep -o "lm loss: [0-9.E+-]*" |
       awk '{s+=$3; n++} END {if (n) printf "%.5f", s/n}'), tokens/s at the end: $(grep "lm loss:" "$OUT/$name.log" |
       tail -1 | grep -o "tokens per second per GPU: [0-9]*" | grep -o "[0-9]*$")"
-  grep -iE "error|out of memory|nan" "$OUT/$name.log" | head -3
+  grep -iE "error|out of memory" "$OUT/$name.log" | head -3
 }
 # Our run: the mean of iterations 3..6 and the peak memory line.
 ours() {
