@@ -328,6 +328,39 @@ TEST(GptModel, GradientsAccumulateAndScale) {
   }
 }
 
+// Recomputation drops what it promises: the peak above the model state of a forward-backward falls with
+// selective recomputation of the MLPs (their pre-activations and activations are not kept) and far more with
+// full recomputation (each layer keeps only its input), while the gradients stay bitwise (test_recompute_mpi).
+TEST(GptModel, RecomputationLowersTheActivationPeak) {
+  Context& ctx = cpu_context();
+  train::ModelArguments args = config_b();
+  args.num_layers = 8;
+  args.hidden_size = 64;
+  args.ffn_hidden_size = 256;
+  args.seq_length = 64;
+  const Batch batch = make_batch(4, args.seq_length, args.vocab_size, seed_from("recompute"));
+  auto peak_of = [&](RecomputeConfig recompute) {
+    TransformerConfig config = train::transformer_config(args, DType::F32, 3);
+    config.recompute = recompute;
+    GPTModel model(ctx, config);
+    const size_t state = ctx.allocator().stats().allocated_bytes;
+    ctx.allocator().reset_peak_stats();
+    model.forward_backward(ctx, batch.tokens, batch.labels, batch.mask);
+    return double(ctx.allocator().stats().peak_allocated_bytes - state);
+  };
+  const double none = peak_of({});
+  const double mlp = peak_of({.granularity = RecomputeGranularity::Selective, .mlp = true});
+  const double full = peak_of({.granularity = RecomputeGranularity::Full, .num_layers = 1});
+  const double block = peak_of({.granularity = RecomputeGranularity::Full, .method = RecomputeMethod::Block,
+                                .num_layers = 4});
+  std::cout << "activation peak (MB): none " << none / 1e6 << ", selective mlp " << mlp / 1e6 << ", full block 4 "
+            << block / 1e6 << ", full uniform 1 " << full / 1e6 << "\n";
+  EXPECT_LT(mlp, 0.8 * none);
+  EXPECT_LT(full, 0.35 * none);
+  EXPECT_LT(full, block);
+  EXPECT_LT(block, 0.75 * none);
+}
+
 TEST(GptModel, HiddenDropoutMasksDependOnTheStep) {
   Context& ctx = cpu_context();
   train::ModelArguments args = config_a();

@@ -7,6 +7,7 @@
 #include "megatron/train/flops.h"
 #include "megatron/train/fp8_arguments.h"
 #include "megatron/train/moe_arguments.h"
+#include "megatron/train/recompute_arguments.h"
 
 namespace megatron::train {
 namespace {
@@ -338,6 +339,46 @@ TEST(Validate, Fp8FlagsResolveAndEveryFp8RuleIsReported) {
                {"--fp8-recipe blockwise", "--fp8-param-gather is not implemented yet"});
   expect_error([] { Arguments c = fp8_args({"--fp8-param-gather"}); resolve_and_validate(c); },
                {"--fp8-param-gather", "not implemented yet"});
+}
+
+// Recomputation: Megatron's flags become the model's plan (units of layers for full, modules for selective);
+// every rule and every module this build cannot recompute is reported at once.
+TEST(Validate, RecomputeFlagsResolveAndEveryRuleIsReported) {
+  Arguments full = fp8_args({"--recompute-granularity", "full", "--recompute-method", "uniform",
+                             "--recompute-num-layers", "5"});  // gpt2_small has 12 layers
+  resolve_and_validate(full);
+  const nn::RecomputeConfig f = recompute_config(full);
+  EXPECT_TRUE(f.full());
+  EXPECT_EQ(f.units(12), (std::vector<std::pair<int, int>>{{0, 5}, {5, 5}, {10, 2}}));
+  Arguments block = fp8_args({"--recompute-granularity", "full", "--recompute-method", "block",
+                              "--recompute-num-layers", "2"});
+  resolve_and_validate(block);
+  EXPECT_EQ(recompute_config(block).units(12), (std::vector<std::pair<int, int>>{{0, 1}, {1, 1}}));
+  Arguments legacy = fp8_args({"--recompute-activations"});
+  resolve_and_validate(legacy);
+  EXPECT_EQ(recompute_config(legacy).granularity, nn::RecomputeGranularity::Selective);
+  EXPECT_FALSE(recompute_config(legacy).selective_mlp());  // Megatron's default module: core_attn
+  Arguments mlp = fp8_args({"--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp"});
+  resolve_and_validate(mlp);
+  EXPECT_TRUE(recompute_config(mlp).selective_mlp());
+  EXPECT_TRUE(recompute_config(fp8_args({})).units(12).empty());
+  expect_error([] { Arguments c = fp8_args({"--recompute-granularity", "full", "--recompute-num-layers", "13"});
+                    resolve_and_validate(c); },
+               {"needs --recompute-method uniform or block", "--recompute-num-layers between 1 and the layers of a "
+                "pipeline chunk (12); got 13"});
+  expect_error([] { Arguments c = fp8_args({"--recompute-granularity", "selective", "--recompute-num-layers", "2",
+                                            "--recompute-modules", "layernorm", "moe", "attn"});
+                    resolve_and_validate(c); },
+               {"must not be given with --recompute-granularity selective", "--recompute-modules layernorm",
+                "--recompute-modules moe", "'attn' is not one of Megatron's modules"});
+  expect_error([] { Arguments c = fp8_args({"--recompute-method", "block", "--distribute-saved-activations"});
+                    resolve_and_validate(c); },
+               {"--recompute-method block needs --recompute-granularity full",
+                "--distribute-saved-activations needs --recompute-granularity full"});
+  expect_error([] { Arguments c = fp8_args({"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                            "--recompute-num-layers", "1", "--num-experts", "4"});
+                    resolve_and_validate(c); },
+               {"with MoE layers (--num-experts 4) is not supported yet"});
 }
 
 }  // namespace

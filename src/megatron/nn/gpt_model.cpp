@@ -177,25 +177,7 @@ StageOutput GPTModel::forward(Context& ctx, const StageInput& input, const Forwa
 
   ResidualStream stream = layout_.pre_process ? embed(ctx, saved, input, options, offset)
                                               : ResidualStream{input.hidden.view({rows, config_.hidden()}), Tensor()};
-  saved.layers.reserve(layers.size());
-  const Tensor positions = token_positions(ctx, saved.seq);
-  for (size_t i = 0; i < layers.size(); ++i) {
-    call_hook(options.hooks.before_forward, layer_groups_[i]);
-    const uint64_t global = uint64_t(layout_.first_layer) + i;
-    const LayerPass pass{.training = options.training,
-                         .dropout_offset = offset + 1 + TransformerLayer::kDropoutSites * global,
-                         .seq = saved.seq,
-                         .positions = positions,
-                         .kv_cache = options.kv_caches ? &(*options.kv_caches)[i] : nullptr,
-                         .position = options.position,
-                         // The router losses enter the gradient as the main loss does, and CP ranks hold
-                         // parts of one loss (the data-parallel average divides by CP).
-                         .moe_loss_grad_scale = options.grad_scale * cp_.size()};
-    ResidualStream next;
-    TransformerLayerSaved layer_saved = layers[i].forward(ctx, next, stream, pass);
-    if (options.training) saved.layers.push_back(std::move(layer_saved));
-    stream = std::move(next);
-  }
+  stream = layers_forward(ctx, saved, std::move(stream), options, offset);
   if (layout_.post_process && !input.labels.defined()) {
     out.logits = logits_forward(ctx, saved, stream);
     if (!options.training) saved.head.reset();
@@ -208,6 +190,57 @@ StageOutput GPTModel::forward(Context& ctx, const StageInput& input, const Forwa
     out.hidden = stream.residual;
   }
   return out;
+}
+
+ResidualStream GPTModel::layers_forward(Context& ctx, StageSaved& saved, ResidualStream stream,
+                                      const ForwardOptions& options, uint64_t offset) const {
+  saved.layers.reserve(layers.size());
+  const Tensor positions = token_positions(ctx, saved.seq);
+  // Full recomputation: the units whose layers keep only the unit's input and their passes.
+  const std::vector<std::pair<int, int>> units =
+      options.training ? config_.recompute.units(int(layers.size())) : std::vector<std::pair<int, int>>();
+  size_t unit = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    call_hook(options.hooks.before_forward, layer_groups_[i]);
+    const uint64_t global = uint64_t(layout_.first_layer) + i;
+    const LayerPass pass{.training = options.training,
+                         .dropout_offset = offset + 1 + TransformerLayer::kDropoutSites * global,
+                         .seq = saved.seq,
+                         .positions = positions,
+                         .kv_cache = options.kv_caches ? &(*options.kv_caches)[i] : nullptr,
+                         .position = options.position,
+                         // The router losses enter the gradient as the main loss does, and CP ranks hold
+                         // parts of one loss (the data-parallel average divides by CP).
+                         .moe_loss_grad_scale = options.grad_scale * cp_.size()};
+    const bool recomputed = unit < units.size() && int(i) >= units[unit].first;
+    if (recomputed && int(i) == units[unit].first) saved.recomputed.push_back({.first = i});
+    ResidualStream next;
+    TransformerLayerSaved layer_saved = layers[i].forward(ctx, next, stream, pass);
+    if (recomputed) {
+      RecomputedLayers& u = saved.recomputed.back();
+      if (u.passes.empty()) u.input = layer_saved.input_norm.x;  // residual + branch, as the norm summed it
+      u.passes.push_back(pass);
+      saved.layers.emplace_back();  // layer_saved is dropped here: the backward computes it again
+      if (int(i) + 1 == units[unit].first + units[unit].second) ++unit;
+    } else if (options.training) {
+      saved.layers.push_back(std::move(layer_saved));
+    }
+    stream = std::move(next);
+  }
+  return stream;
+}
+
+void GPTModel::recompute_unit_ending_at(Context& ctx, StageSaved& s, size_t last) const {
+  for (RecomputedLayers& u : s.recomputed) {
+    if (u.first + u.passes.size() != last + 1 || !u.input.defined()) continue;
+    ResidualStream stream{std::move(u.input), Tensor()};
+    u.input = Tensor();
+    for (size_t j = 0; j < u.passes.size(); ++j) {
+      ResidualStream next;
+      s.layers[u.first + j] = layers[u.first + j].forward(ctx, next, stream, u.passes[j]);
+      stream = std::move(next);
+    }
+  }
 }
 
 Tensor GPTModel::logits_forward(Context& ctx, StageSaved& saved, const ResidualStream& stream) const {
@@ -292,6 +325,7 @@ Tensor GPTModel::backward(Context& ctx, StageSaved&& saved, const Tensor& doutpu
     dhidden = doutput.view({rows, h});
   }
   for (size_t i = layers.size(); i-- > 0;) {
+    recompute_unit_ending_at(ctx, s, i);
     Tensor dprev = ctx.empty({rows, h}, config_.params_dtype);
     layers[i].backward(ctx, std::move(s.layers[i]), dprev, dhidden);
     call_hook(hooks.grads_final, layer_groups_[i]);

@@ -114,6 +114,16 @@ struct HeadSaved {
   Tensor dlogits;       // [T, V / TP]: the loss gradient's logits gradient (training only)
 };
 
+// Full recomputation's record of one unit of layers: its input hidden state and the passes its layers ran
+// with; the backward runs their forwards again from these (recompute.h). The input is kept as one tensor, the
+// sum residual + branch that the first layer's input norm formed (and normalised: feeding it back unsplit
+// gives that norm the same rounded sum, and the gradient of a sum is that of each of its parts).
+struct RecomputedLayers {
+  size_t first = 0;                 // the unit's first layer (index in the stage)
+  Tensor input;                     // undefined once recomputed
+  std::vector<LayerPass> passes;    // one per layer of the unit
+};
+
 // One micro-batch's activations in a stage. Move-only: it is consumed by exactly one backward (a copy would
 // let a second backward accumulate the same gradients again).
 struct StageSaved {
@@ -125,7 +135,8 @@ struct StageSaved {
 
   int64_t batch = 0, seq = 0;
   std::optional<EmbeddingSaved> embedding;     // first stage
-  std::vector<TransformerLayerSaved> layers;   // one per layer of the stage, in order
+  std::vector<TransformerLayerSaved> layers;   // one per layer of the stage, in order (empty while recomputed)
+  std::vector<RecomputedLayers> recomputed;    // full recomputation's units
   std::optional<HeadSaved> head;               // last stage
 };
 
@@ -191,6 +202,13 @@ class GPTModel {
                        uint64_t dropout_offset) const;
   // The final norm and the output layer: this rank's logits [b * s, V / TP]; saved.head gets their inputs.
   Tensor logits_forward(Context& ctx, StageSaved& saved, const ResidualStream& stream) const;
+  // The stage's layers on `stream`, keeping what the backward needs in saved.layers (saved.recomputed for the
+  // full recomputation's units); returns the last layer's output stream.
+  ResidualStream layers_forward(Context& ctx, StageSaved& saved, ResidualStream stream, const ForwardOptions& options,
+                                uint64_t offset) const;
+  // Full recomputation: when the backward reaches layer `last` and it ends a unit, the unit's forwards run again
+  // from its saved input, filling in its layers' saved state.
+  void recompute_unit_ending_at(Context& ctx, StageSaved& s, size_t last) const;
   Tensor head_forward(Context& ctx, StageSaved& saved, const ResidualStream& stream, const StageInput& input,
                       const ForwardOptions& options) const;
   Tensor head_backward(Context& ctx, HeadSaved&& saved, const ParamHooks& hooks);

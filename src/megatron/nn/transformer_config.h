@@ -12,6 +12,7 @@
 #include "megatron/core/dtype.h"
 #include "megatron/nn/fp8_recipe.h"
 #include "megatron/nn/moe_config.h"
+#include "megatron/nn/recompute.h"
 
 namespace megatron::nn {
 
@@ -42,6 +43,7 @@ struct TransformerConfig {
 
   MoeConfig moe;                    // num_experts 0: dense MLPs only
   Fp8Recipe fp8;                    // enabled: the transformer layers' linears run in FP8 (fp8_recipe.h)
+  RecomputeConfig recompute;        // activation recomputation in training (recompute.h)
 
   DType params_dtype = DType::F32;  // also the activation dtype
   uint64_t seed = 1234;             // init (Philox offset = hash of the parameter name) and dropout

@@ -18,7 +18,8 @@ TransformerLayer::TransformerLayer(Context& ctx, const std::string& prefix, cons
       tp_(tp),
       cp_(cp),
       seed_(config.seed),
-      dropout_p_(float(config.hidden_dropout)) {
+      dropout_p_(float(config.hidden_dropout)),
+      recompute_mlp_(config.recompute.selective_mlp()) {
   if (config.moe.is_moe_layer(layer)) moe = MoELayer(ctx, prefix + ".mlp", config, tp, moe_parallel);
   else mlp = MLP(ctx, prefix + ".mlp", config, tp);
 }
@@ -86,6 +87,10 @@ TransformerLayerSaved TransformerLayer::forward(Context& ctx, ResidualStream& ou
     saved.moe_loss_grad_scale = pass.moe_loss_grad_scale;
   } else {
     saved.mlp = mlp.forward(ctx, m, ln2);
+    if (recompute_mlp_ && pass.training) {  // keep the input only; the backward runs the MLP again
+      saved.mlp = MLPSaved();
+      saved.mlp_input = ln2;
+    }
   }
   out = ResidualStream{h, dropout_forward(ctx, m, saved.dropout, 1)};
   return saved;
@@ -98,6 +103,11 @@ void TransformerLayer::backward(Context& ctx, TransformerLayerSaved&& saved, con
 
   Tensor dm = dropout_backward(ctx, dout, s.dropout, 1);
   Tensor dln2 = ctx.empty(shape, dt);
+  if (s.mlp_input.defined()) {  // selective recomputation: the MLP's forward again (its output is not needed)
+    Tensor unused = ctx.empty(shape, dt);
+    s.mlp = mlp.forward(ctx, unused, s.mlp_input);
+    s.mlp_input = Tensor();
+  }
   if (moe.defined()) moe.backward(ctx, std::move(s.moe), dln2, dm, s.moe_loss_grad_scale);
   else mlp.backward(ctx, std::move(s.mlp), dln2, dm);
   Tensor dh = ctx.empty(shape, dt);

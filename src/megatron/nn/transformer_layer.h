@@ -78,6 +78,7 @@ struct TransformerLayerSaved {
   NormSaved pre_mlp_norm;
   MLPSaved mlp;  // dense layers
   MoESaved moe;  // MoE layers
+  Tensor mlp_input;  // selective recomputation of the dense MLP: its input, `mlp` left empty until the backward
   double moe_loss_grad_scale = 1.0;
   DropoutSites dropout;
 };
@@ -119,6 +120,7 @@ class TransformerLayer {
   parallel::ContextParallel cp_;
   uint64_t seed_ = 0;
   float dropout_p_ = 0.0f;
+  bool recompute_mlp_ = false;  // selective recomputation of the dense MLP (recompute.h)
 };
 
 }  // namespace megatron::nn

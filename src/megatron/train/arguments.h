@@ -83,6 +83,16 @@ struct Fp8Arguments {
   std::string fp4_recipe = "nvfp4";
 };
 
+// Activation recomputation (Megatron's --recompute-* flags; train/recompute_arguments.h has the rules).
+struct RecomputeArguments {
+  bool recompute_activations = false;       // Megatron's older spelling of --recompute-granularity selective
+  std::string recompute_granularity;        // "" (off), full or selective
+  std::string recompute_method;             // "", uniform or block (full granularity)
+  int recompute_num_layers = 0;             // 0: not given (Megatron's None)
+  std::vector<std::string> recompute_modules;  // selective: empty = Megatron's default, core_attn
+  bool distribute_saved_activations = false;
+};
+
 struct TrainingArguments {
   int micro_batch_size = 1;
   int global_batch_size = 0;         // 0 = micro_batch_size * data_parallel_size
@@ -186,6 +196,7 @@ struct Arguments {
   CheckpointArguments checkpoint;
   MoeArguments moe;
   Fp8Arguments fp8;
+  RecomputeArguments recompute;
 
   int data_parallel_size() const;
   int padded_vocab_size() const;  // vocab_size rounded up to make_vocab_size_divisible_by * TP

@@ -278,6 +278,29 @@ std::vector<FlagSpec> fp8_flags() {
   };
 }
 
+using R = RecomputeArguments;
+
+// Activation recomputation (Megatron's names; train/recompute_arguments.h has the rules).
+std::vector<FlagSpec> recompute_flags() {
+  return {
+      flag("--recompute-activations", &A::recompute, &R::recompute_activations,
+           "Megatron's older spelling of --recompute-granularity selective"),
+      flag("--recompute-granularity", &A::recompute, &R::recompute_granularity,
+           "recompute activations in the backward: full (whole layers) or selective (--recompute-modules)",
+           {"full", "selective"}),
+      flag("--recompute-method", &A::recompute, &R::recompute_method,
+           "full: uniform (every layer, in units of --recompute-num-layers) or block (the first "
+           "--recompute-num-layers layers of each chunk)",
+           {"uniform", "block"}),
+      flag("--recompute-num-layers", &A::recompute, &R::recompute_num_layers,
+           "full: layers per unit (uniform) or recomputed layers per pipeline chunk (block)"),
+      flag("--recompute-modules", &A::recompute, &R::recompute_modules,
+           "selective: the modules recomputed (default core_attn); mlp and core_attn here"),
+      flag("--distribute-saved-activations", &A::recompute, &R::distribute_saved_activations,
+           "full recompute under TP without SP: split the saved inputs over TP (refused: not implemented)"),
+  };
+}
+
 // The parallel layout and data-parallel options.
 std::vector<FlagSpec> parallel_flags() {
   return {
@@ -373,7 +396,7 @@ std::vector<FlagSpec> checkpoint_flags() {
 const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = [] {
     std::vector<FlagSpec> all;
-    for (auto group : {&model_flags, &moe_flags, &fp8_flags, &training_flags, &parallel_flags, &data_flags, &checkpoint_flags})
+    for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &training_flags, &parallel_flags, &data_flags, &checkpoint_flags})
       for (FlagSpec& f : group()) all.push_back(std::move(f));
     return all;
   }();

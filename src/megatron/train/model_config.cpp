@@ -3,6 +3,7 @@
 #include "megatron/core/error.h"
 #include "megatron/train/fp8_arguments.h"
 #include "megatron/train/moe_arguments.h"
+#include "megatron/train/recompute_arguments.h"
 
 namespace megatron::train {
 
@@ -103,6 +104,7 @@ nn::TransformerConfig transformer_config(const Arguments& args, uint64_t seed) {
   resolve(resolved);
   c.moe = moe_config(resolved.moe, resolved.model);
   c.fp8 = fp8_recipe(resolved);
+  c.recompute = recompute_config(resolved);
   return c;
 }
 
