@@ -164,6 +164,15 @@ TEST(Resume, BitExactInBf16WithFp32Masters) {
   expect_bit_exact_resume(f, DType::BF16, false);
 }
 
+// With half the optimizer state offloaded to the host, the checkpoint carries the host masters and moments
+// and a resumed run puts them back there.
+TEST(Resume, BitExactWithOptimizerCpuOffload) {
+  std::vector<std::string> f = base_flags(8);
+  f.insert(f.end(), {"--mock-data", "--vocab-size", "4096", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
+                     "0.5"});
+  expect_bit_exact_resume(f, DType::F32, true);
+}
+
 // FP8 on mock data: delayed scaling (its amax histories and scales are state the checkpoint must carry: the
 // resumed process starts from fresh ones) and tensorwise scaling (no state).
 const std::vector<std::string> kFp8Delayed = {"--fp8-format", "hybrid", "--fp8-recipe", "delayed",

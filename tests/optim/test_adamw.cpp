@@ -102,6 +102,50 @@ TEST(AdamW, Fp32ParamsMatchTheScalarReference) { EXPECT_LT(run_and_compare(DType
 
 TEST(AdamW, Bf16ParamsKeepFp32Masters) { EXPECT_LT(run_and_compare(DType::BF16, kSetup, 6), 1e-5); }
 
+// CPU offload: whole entries, in order, while the offloaded elements are fewer than the fraction of all (kSetup's
+// 91 + 13 + 60 + 1 + 1 + 300 = 466 elements: 0.3 -> the first three entries, 164 >= 139.8); their state moves
+// out of state_bytes() into host_state_bytes(), and the updates are the same bits (the same CPU kernel here).
+TEST(AdamW, OffloadedEntriesUpdateLikeTheOthers) {
+  Context& ctx = cpu_context();
+  for (DType dt : {DType::BF16, DType::F32}) {
+    std::vector<AdamWParam> a, b;
+    for (size_t i = 0; i < kSetup.shapes.size(); ++i) {
+      for (std::vector<AdamWParam>* list : {&a, &b}) {
+        AdamWParam p;
+        p.param = ctx.empty(kSetup.shapes[i], dt);
+        fill_random(p.param, 300 + i, -1, 1);
+        p.main_grad = ctx.empty(kSetup.shapes[i], DType::F32);
+        p.no_weight_decay = kSetup.no_wd[i];
+        list->push_back(p);
+      }
+    }
+    AdamW plain(ctx, a, {});
+    AdamW offloaded(ctx, b, {.offload_fraction = 0.3});
+    EXPECT_EQ(offloaded.offloaded_entries(), 3u);
+    EXPECT_EQ(plain.offloaded_entries(), 0u);
+    EXPECT_EQ(plain.host_state_bytes(), 0u);
+    EXPECT_LT(offloaded.state_bytes(), plain.state_bytes());
+    EXPECT_GE(offloaded.host_state_bytes(), 164u * 4 * 3);  // master and both moments, fp32
+    for (int t = 1; t <= 4; ++t) {
+      for (size_t i = 0; i < a.size(); ++i) {
+        fill_normal(a[i].main_grad, 50 * t + i, 0.1);
+        fill_normal(b[i].main_grad, 50 * t + i, 0.1);
+      }
+      plain.step(ctx, 1e-2, 0.1, t == 2 ? 0.5f : 1.0f);
+      offloaded.step(ctx, 1e-2, 0.1, t == 2 ? 0.5f : 1.0f);
+    }
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(to_doubles(ctx, a[i].param), to_doubles(ctx, b[i].param)) << dtype_name(dt) << " entry " << i;
+      EXPECT_EQ(to_doubles(ctx, plain.master(i)), to_doubles(ctx, offloaded.master(i)));
+      EXPECT_EQ(to_doubles(ctx, plain.exp_avg_sq(i)), to_doubles(ctx, offloaded.exp_avg_sq(i)));
+    }
+    // Reloading the model's weights refreshes the host masters too.
+    ops::fill(ctx, b[0].param, 0.25);
+    offloaded.reload_model_params(ctx);
+    for (double v : to_doubles(ctx, offloaded.master(0))) EXPECT_EQ(v, 0.25);
+  }
+}
+
 TEST(AdamW, WeightDecayOnlyWhereEnabled) {
   // Zero gradients: Adam's update is 0 / (0 + eps) = 0, so only the decoupled decay moves the weights.
   Context& ctx = cpu_context();

@@ -1,5 +1,7 @@
 #include "megatron/optim/adamw.h"
 
+#include <algorithm>
+
 #include "megatron/core/error.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/ops/optimizer/optimizer.h"
@@ -7,6 +9,11 @@
 namespace megatron::optim {
 
 AdamW::AdamW(Context& ctx, std::vector<AdamWParam> params, const AdamWOptions& options) : options_(options) {
+  MEGATRON_CHECK(options.offload_fraction >= 0.0 && options.offload_fraction <= 1.0,
+                 "AdamW: offload_fraction ", options.offload_fraction, " must be within [0, 1]");
+  int64_t total = 0, offloaded = 0;
+  for (const AdamWParam& p : params) total += p.param.defined() ? p.param.numel() : 0;
+  const double offload_threshold = options.offload_fraction * double(total);
   entries_.reserve(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     AdamWParam& p = params[i];
@@ -21,6 +28,12 @@ AdamW::AdamW(Context& ctx, std::vector<AdamWParam> params, const AdamWOptions& o
     Entry e;
     e.source = std::move(p);
     const Shape flat{e.source.param.numel()};
+    if (double(offloaded) < offload_threshold) {
+      offloaded += e.source.param.numel();
+      offload(ctx, e);
+      entries_.push_back(std::move(e));
+      continue;
+    }
     e.has_separate_master = dt == DType::BF16 || dt == DType::F16;
     const DType master_dtype = e.has_separate_master ? DType::F32 : dt;
     if (e.has_separate_master) {
@@ -45,9 +58,23 @@ void AdamW::step(Context& ctx, double lr, double weight_decay, float grad_scale)
   }
   ++step_count_;
   if (entries_.empty()) return;
+  ops::AdamWConfig config;
+  config.lr = float(lr);
+  config.beta1 = float(options_.beta1);
+  config.beta2 = float(options_.beta2);
+  config.eps = float(options_.eps);
+  config.weight_decay = float(weight_decay);
+  config.step = step_count_;
+  config.grad_scale = grad_scale;
   std::vector<ops::AdamParamGroupTensors> tensors;
+  std::vector<size_t> offloaded;
   tensors.reserve(entries_.size());
-  for (const Entry& e : entries_) {
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    if (e.on_host) {
+      offloaded.push_back(i);
+      continue;
+    }
     ops::AdamParamGroupTensors t;
     t.param = e.master;
     t.exp_avg = e.exp_avg;
@@ -57,27 +84,90 @@ void AdamW::step(Context& ctx, double lr, double weight_decay, float grad_scale)
     t.weight_decay = e.source.no_weight_decay ? 0.0f : float(weight_decay);
     tensors.push_back(std::move(t));
   }
-  ops::AdamWConfig config;
-  config.lr = float(lr);
-  config.beta1 = float(options_.beta1);
-  config.beta2 = float(options_.beta2);
-  config.eps = float(options_.eps);
-  config.weight_decay = float(weight_decay);
-  config.step = step_count_;
-  config.grad_scale = grad_scale;
-  ops::adamw_step(ctx, tensors, config);
+  if (!tensors.empty()) ops::adamw_step(ctx, tensors, config);
+  if (!offloaded.empty()) step_offloaded(ctx, offloaded, config, weight_decay);
+}
+
+Context& AdamW::host(Context& ctx) {
+  if (!ctx.is_cuda()) return ctx;
+  if (!host_ctx_) host_ctx_ = Context::cpu();
+  return *host_ctx_;
+}
+
+void AdamW::offload(Context& ctx, Entry& e) {
+  const Tensor& param = e.source.param;
+  const Shape flat{param.numel()};
+  Allocator& memory = ctx.is_cuda() ? ctx.pinned_allocator() : ctx.allocator();
+  Context& cpu = host(ctx);
+  const DType master_dtype = param.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  e.on_host = true;
+  e.has_separate_master = true;  // the device parameter is a copy of the host master, whatever its dtype
+  e.param_host = Tensor::empty(flat, param.dtype(), memory);
+  e.grad_host = Tensor::empty(flat, e.source.main_grad.dtype(), memory);
+  e.master = Tensor::empty(flat, master_dtype, memory);
+  e.exp_avg = Tensor::empty(flat, master_dtype, memory);
+  e.exp_avg_sq = Tensor::empty(flat, master_dtype, memory);
+  copy_tensor(ctx, e.param_host, param.view({param.numel()}));  // waits for the copy
+  ops::cast(cpu, e.master, e.param_host);
+  ops::fill(cpu, e.exp_avg, 0.0);
+  ops::fill(cpu, e.exp_avg_sq, 0.0);
+}
+
+// The offloaded entries: their gradients to the host (copy_tensor into host memory waits for the device, so the
+// gradients are final), one CPU AdamW over them writing the rounded parameters into the host staging, and those
+// back to the device on ctx's stream (the staging is not written again before the next step's gradient copy,
+// which waits for the stream).
+void AdamW::step_offloaded(Context& ctx, const std::vector<size_t>& entries, const ops::AdamWConfig& config,
+                           double weight_decay) {
+  std::vector<ops::AdamParamGroupTensors> tensors;
+  for (size_t i : entries) {
+    Entry& e = entries_[i];
+    copy_tensor(ctx, e.grad_host, e.source.main_grad.view({e.source.main_grad.numel()}));
+    ops::AdamParamGroupTensors t;
+    t.param = e.master;
+    t.exp_avg = e.exp_avg;
+    t.exp_avg_sq = e.exp_avg_sq;
+    t.grad = e.grad_host;
+    t.model_param = e.param_host;
+    t.weight_decay = e.source.no_weight_decay ? 0.0f : float(weight_decay);
+    tensors.push_back(std::move(t));
+  }
+  ops::adamw_step(host(ctx), tensors, config);
+  for (size_t i : entries) copy_tensor(ctx, entries_[i].source.param.view({entries_[i].source.param.numel()}),
+                                       entries_[i].param_host);
 }
 
 void AdamW::reload_model_params(Context& ctx) {
-  for (Entry& e : entries_)
-    if (e.has_separate_master) ops::cast(ctx, e.master, e.source.param.view({e.source.param.numel()}));
+  for (Entry& e : entries_) {
+    const Tensor param = e.source.param.view({e.source.param.numel()});
+    if (e.on_host) {
+      copy_tensor(ctx, e.param_host, param);
+      ops::cast(host(ctx), e.master, e.param_host);
+    } else if (e.has_separate_master) {
+      ops::cast(ctx, e.master, param);
+    }
+  }
 }
 
 size_t AdamW::state_bytes() const {
   size_t bytes = 0;
   for (const Entry& e : entries_)
-    bytes += e.exp_avg.nbytes() + e.exp_avg_sq.nbytes() + (e.has_separate_master ? e.master.nbytes() : 0);
+    if (!e.on_host)
+      bytes += e.exp_avg.nbytes() + e.exp_avg_sq.nbytes() + (e.has_separate_master ? e.master.nbytes() : 0);
   return bytes;
+}
+
+size_t AdamW::host_state_bytes() const {
+  size_t bytes = 0;
+  for (const Entry& e : entries_)
+    if (e.on_host)
+      bytes += e.exp_avg.nbytes() + e.exp_avg_sq.nbytes() + e.master.nbytes() + e.grad_host.nbytes() +
+               e.param_host.nbytes();
+  return bytes;
+}
+
+size_t AdamW::offloaded_entries() const {
+  return size_t(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.on_host; }));
 }
 
 void AdamW::set_step_count(int64_t steps) {

@@ -14,8 +14,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
+#include "megatron/ops/optimizer/optimizer.h"
 #include "megatron/runtime/context.h"
 
 namespace megatron::optim {
@@ -30,6 +32,12 @@ struct AdamWOptions {
   double beta1 = 0.9;    // --adam-beta1
   double beta2 = 0.999;  // --adam-beta2
   double eps = 1e-8;     // --adam-eps
+  // --optimizer-cpu-offload with --optimizer-offload-fraction: the entries (whole, in order, while the offloaded
+  // elements are fewer than this fraction of all, as Megatron's HybridDeviceOptimizer picks them) whose masters
+  // and moments live in host memory (pinned on CUDA) and update on the CPU: each step copies their gradients
+  // to the host, runs the CPU AdamW (double precision inside, as the CPU backend always does) and copies the
+  // updated parameters back. 0: none.
+  double offload_fraction = 0.0;
 };
 
 class AdamW {
@@ -58,9 +66,12 @@ class AdamW {
   const Tensor& exp_avg(size_t i) const { return entries_.at(i).exp_avg; }
   const Tensor& exp_avg_sq(size_t i) const { return entries_.at(i).exp_avg_sq; }
   const AdamWOptions& options() const { return options_; }
-  // Bytes of optimizer state this object holds: both moments and the separate fp32 masters of bf16/fp16
-  // parameters (fp32 parameters are their own masters and count nothing).
+  // Bytes of optimizer state this object holds on ctx's device: both moments and the separate fp32 masters of
+  // bf16/fp16 parameters (fp32 parameters are their own masters and count nothing); offloaded entries count
+  // in host_state_bytes() instead (their masters, moments and the two staging copies).
   size_t state_bytes() const;
+  size_t host_state_bytes() const;
+  size_t offloaded_entries() const;
 
  private:
   struct Entry {
@@ -69,8 +80,18 @@ class AdamW {
     Tensor exp_avg;
     Tensor exp_avg_sq;
     bool has_separate_master = false;
+    bool on_host = false;          // offloaded: master and moments in host memory, updated there
+    Tensor grad_host, param_host;  // offloaded: the gradient's and the updated parameter's host copies
   };
+  // An offloaded entry's host tensors (master, moments, staging), the master from the parameter's values.
+  void offload(Context& ctx, Entry& e);
+  // The CPU context the offloaded entries update on: ctx itself on a CPU context.
+  Context& host(Context& ctx);
+  void step_offloaded(Context& ctx, const std::vector<size_t>& entries, const ops::AdamWConfig& config,
+                      double weight_decay);
+
   std::vector<Entry> entries_;
+  std::unique_ptr<Context> host_ctx_;
   std::function<void(Context&)> fence_;  // before_next_update
   AdamWOptions options_;
   int64_t step_count_ = 0;

@@ -109,6 +109,10 @@ struct TrainingArguments {
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
+  bool optimizer_cpu_offload = false;        // masters and moments of a fraction of the parameters on the host
+  double optimizer_offload_fraction = 1.0;   // Megatron's default: all of them
+  bool overlap_cpu_optimizer_d2h_h2d = false;  // refused: the host update's transfers are not overlapped yet
+  bool use_precision_aware_optimizer = false;  // accepted: this AdamW always keeps its own fp32 masters
   int64_t seed = 1234;
   bool bf16 = false;
   bool fp16 = false;

@@ -111,14 +111,20 @@ void report_parameters(const std::vector<nn::GPTModel*>& chunks, const train::Ar
 
 // Optimizer state per rank (the distributed optimizer's shards differ slightly: the largest is reported).
 void report_optimizer_state(const Trainer& trainer, const train::Arguments& args, comm::Communicator& world) {
-  double state[2] = {double(trainer.optimizer_state_bytes()), double(trainer.optimizer_allocated_bytes())};
+  double state[3] = {double(trainer.optimizer_state_bytes()), double(trainer.optimizer_allocated_bytes()),
+                     double(trainer.optimizer_host_state_bytes())};
   world.all_reduce_host(state, comm::ReduceOp::Max);
   if (world.rank() != 0) return;
   std::cout << "optimizer state per rank (fp32 master weights + Adam moments"
             << (args.parallel.use_distributed_optimizer ? str_cat(", sharded over DP x CP ", trainer.parallel().dp_cp().size())
                                                         : std::string(", replicated"))
-            << "): " << gib(state[0]) << " computed, " << gib(state[1]) << " allocated (max over ranks)\n"
-            << std::flush;
+            << "): " << gib(state[0]) << " computed, " << gib(state[1]) << " allocated (max over ranks)"
+            << (args.training.optimizer_cpu_offload
+                    ? str_cat("; offloaded to host memory (--optimizer-offload-fraction ",
+                              args.training.optimizer_offload_fraction, "): ", gib(state[2]),
+                              " with the gradient and parameter staging")
+                    : std::string())
+            << "\n" << std::flush;
 }
 
 // Rank 0 builds (and caches) the dataset indices first, as Megatron does; the others then read them.

@@ -81,7 +81,8 @@ void Trainer::setup() {
     parallel_->world().comm->all_reduce_host(any, comm::ReduceOp::Max);
     model_has_experts_ = any[0] != 0.0;
   }
-  const optim::AdamWOptions adam{t.adam_beta1, t.adam_beta2, t.adam_eps};
+  const optim::AdamWOptions adam{t.adam_beta1, t.adam_beta2, t.adam_eps,
+                                 t.optimizer_cpu_offload ? t.optimizer_offload_fraction : 0.0};
   ctx_.synchronize();
   const size_t allocated_before = ctx_.allocator().stats().allocated_bytes;
   if (p.use_distributed_optimizer)
@@ -112,6 +113,10 @@ bool Trainer::holds_data_stage() const {
 
 size_t Trainer::optimizer_state_bytes() const {
   return dist_optimizer_ ? dist_optimizer_->state_bytes() : optimizer_->state_bytes();
+}
+
+size_t Trainer::optimizer_host_state_bytes() const {
+  return dist_optimizer_ ? dist_optimizer_->adamw().host_state_bytes() : optimizer_->host_state_bytes();
 }
 
 int64_t Trainer::local_seq() const { return args_.model.seq_length / parallel_->cp_size(); }

@@ -102,6 +102,7 @@ class Trainer {
   // Bytes of optimizer state (fp32 masters of bf16/fp16 parameters, Adam moments) held by this rank, as
   // computed from the tensors, and as measured: the allocator's growth while the optimizer was built.
   size_t optimizer_state_bytes() const;
+  size_t optimizer_host_state_bytes() const;  // --optimizer-cpu-offload: the state in host memory
   size_t optimizer_allocated_bytes() const { return optimizer_allocated_bytes_; }
 
  private:

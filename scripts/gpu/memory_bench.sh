@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# On the GPU machine: activation recomputation on the Llama-style 0.89B (seq 2048, mock data, bf16, the
-# distributed optimizer), after `scripts/gpu/fp8_bench.sh build` (or any build-gpu with pretrain_gpt):
+# On the GPU machine: the memory options -- activation recomputation and optimizer CPU offload -- on the
+# Llama-style 0.89B (seq 2048, mock data, bf16, the distributed optimizer), after
+# `scripts/gpu/fp8_bench.sh build` (or any build-gpu with pretrain_gpt):
 #   bitwise   --deterministic-mode, mbs 4: none, full uniform 1 and selective mlp must log identical losses and
 #             grad norms for 6 iterations (the recomputed forwards repeat the forward bit for bit on the GPU)
 #   speed     mbs 4, gbs 32: none, selective mlp, full uniform 1 (tokens/s, TFLOP/s, peak memory)
 #   big       the largest micro-batch without recomputation (24, measured before) and 4x it (96) with full
 #             recomputation, gbs = mbs
+#   offload   mbs 4, gbs 32, --deterministic-mode: none, --optimizer-cpu-offload at fractions 1.0 and 0.5 (the
+#             losses must agree to ~1e-6: the host update runs in double, the device's in fp32), and a checkpoint
+#             saved with offload
+#   offload8b Llama-3-8B's shape (32 layers) with full recomputation and OFFLOAD8B_FRACTION (default 0.6) of the
+#             optimizer state offloaded, mbs 1, gbs 8, seq 4096 (an H200: 141 GB; the host holds ~128 GiB)
 # Logs under $OUT.
-#   scripts/gpu/recompute_bench.sh bitwise speed big
+#   scripts/gpu/memory_bench.sh bitwise speed big offload
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -53,6 +59,27 @@ for stage in "$@"; do
     big)
       run mbs24_none --micro-batch-size 24 --global-batch-size 24
       run mbs96_full --micro-batch-size 96 --global-batch-size 96 "${FULL[@]}" ;;
+    offload)
+      OFF=(--micro-batch-size 4 --global-batch-size 32 --deterministic-mode)
+      run off_none "${OFF[@]}"
+      run off_1.0 "${OFF[@]}" --optimizer-cpu-offload --optimizer-offload-fraction 1.0 --save "$OUT/ckpt-offload" \
+        --save-interval 6
+      run off_0.5 "${OFF[@]}" --optimizer-cpu-offload --optimizer-offload-fraction 0.5
+      for r in off_1.0 off_0.5; do
+        echo "$r vs none, largest relative loss difference: $(paste <(grep -o "lm loss: [0-9.E+-]*" "$OUT/off_none.log" |
+          awk '{print $3}') <(grep -o "lm loss: [0-9.E+-]*" "$OUT/$r.log" | awk '{print $3}') |
+          awk '{d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d} END {printf "%.2e over %d iterations", m, NR}')"
+      done
+      grep -h "offloaded to host" "$OUT/off_1.0.log" | head -1
+      ls "$OUT/ckpt-offload" 2>&1 | head -3 ;;
+    offload8b)
+      L8B=(--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --num-query-groups 8 --ffn-hidden-size 14336
+           --seq-length 4096 --max-position-embeddings 4096 --vocab-size 128256 --rotary-base 500000)
+      timeout 400 build-gpu/tools/pretrain_gpt "${LLAMA[@]}" "${L8B[@]}" --micro-batch-size 1 --global-batch-size 8 \
+        --train-iters 4 "${FULL[@]}" --optimizer-cpu-offload --optimizer-offload-fraction "${OFFLOAD8B_FRACTION:-0.6}" \
+        >"$OUT/offload8b.log" 2>&1
+      grep -E "parameters:|optimizer state|iteration +[1-4]/|peak allocated|error|out of memory" "$OUT/offload8b.log" |
+        cut -c1-330 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
   echo "-- $stage at $(( $(date +%s) - T0 )) s"
