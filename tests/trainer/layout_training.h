@@ -46,8 +46,7 @@ inline TrainedRun train_layout(const train::Arguments& a, const parallel::Parall
   nn::TransformerConfig config = train::transformer_config(a, uint64_t(a.training.seed));
   if (params_dtype) config.params_dtype = *params_dtype;
   const auto chunks = build_model_chunks(
-      ctx, config,
-      parallel::TensorParallel::create(ctx, pc.tp().comm, a.parallel.sequence_parallel), context_parallel(pc, a), a,
+      ctx, config, tensor_parallel(ctx, pc, a), context_parallel(pc, a), a,
       pc.pp().rank(), moe_parallel(pc));
   SampleStream train_stream = data.stream(data::Split::train), valid_stream = data.stream(data::Split::valid);
   Trainer trainer(ctx, a, chunk_pointers(chunks), pc);

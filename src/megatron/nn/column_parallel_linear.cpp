@@ -12,6 +12,14 @@ void column_parallel_linear_forward(Context& ctx, const parallel::TensorParallel
   }
   const int64_t in = weight.value.dim(1);
   const Tensor shard = x.view({-1, in});
+  if (tp.pipelined_ag()) {  // each rank's rows multiplied as they arrive around the ring
+    const int64_t r = shard.dim(0), out = y.shape().cols();
+    parallel::ring_all_gather(ctx, tp, shard, Tensor(), [&](int c, const Tensor& rows) {
+      linear_forward(ctx, parallel::row_block(y, out, c * r, r), rows, weight, bias,
+                     gelu_input_out.defined() ? parallel::row_block(gelu_input_out, out, c * r, r) : Tensor());
+    });
+    return;
+  }
   Tensor whole = ctx.empty({shard.dim(0) * tp.size(), in}, x.dtype());
   parallel::gather_from_sp_forward(ctx, tp, whole, shard);
   linear_forward(ctx, y, whole, weight, bias, gelu_input_out);
@@ -34,20 +42,27 @@ void column_parallel_linear_backward(Context& ctx, const parallel::TensorParalle
     reduce.wait(ctx);
     return;
   }
-  // Sequence parallel: re-gather the input shard while dx's GEMM computes, then reduce-scatter dx while the
-  // weight-gradient GEMM computes.
+  // Sequence parallel: re-gather the input shard while dx's GEMM computes (bulk_dgrad), then reduce-scatter dx
+  // while the weight-gradient GEMM computes (bulk_wgrad) -- or, with rs_dgrad, dx's reduce-scatter pipelined
+  // with its own GEMM, chunk by chunk, before the weight gradient.
   const int64_t in = weight.value.dim(1), rows = dy.shape().rows();
+  const parallel::TpCommOverlap& overlap = tp.comm_overlap;
   const Tensor shard = x.view({-1, in});
   Tensor whole = ctx.empty({rows, in}, x.dtype());
-  parallel::PendingCollective gather = parallel::gather_from_sp_forward(ctx, tp, whole, shard, /*async=*/true);
-  Tensor dwhole;
-  if (dx.defined()) {
-    dwhole = ctx.empty({rows, in}, dy.dtype());
+  parallel::PendingCollective gather = parallel::gather_from_sp_forward(ctx, tp, whole, shard, overlap.bulk_dgrad);
+  parallel::PendingCollective scatter;
+  if (dx.defined() && overlap.rs_dgrad) {
+    const int64_t r = rows / tp.size(), out = dy.shape().cols();
+    parallel::ring_reduce_scatter(ctx, tp, dx.view({-1, in}), [&](int c, const Tensor& partial) {
+      linear_backward_input(ctx, partial, parallel::row_block(dy, out, c * r, r), weight);
+    });
+  } else if (dx.defined()) {
+    Tensor dwhole = ctx.empty({rows, in}, dy.dtype());
     linear_backward_input(ctx, dwhole, dy, weight);
+    gather.wait(ctx);
+    scatter = parallel::gather_from_sp_backward(ctx, tp, dx.view({-1, in}), dwhole, overlap.bulk_wgrad);
   }
   gather.wait(ctx);
-  parallel::PendingCollective scatter;
-  if (dx.defined()) scatter = parallel::gather_from_sp_backward(ctx, tp, dx.view({-1, in}), dwhole, /*async=*/true);
   linear_backward_weight(ctx, dy, whole, weight, bias);
   scatter.wait(ctx);
 }

@@ -55,6 +55,13 @@ LinearSaved RowParallelLinear::forward(Context& ctx, const Tensor& y, const Tens
     parallel::reduce_from_tp_forward(ctx, tp_, y);
     return saved;
   }
+  if (tp_.pipelined_rs() && !fp8_.enabled()) {  // each chunk's partial product sent on while the next computes
+    const int64_t r = rows / tp_.size();
+    parallel::ring_reduce_scatter(ctx, tp_, y.view({-1, out}), [&](int c, const Tensor& partial) {
+      linear_forward(ctx, partial, parallel::row_block(part, in, c * r, r), weight, once);
+    });
+    return LinearSaved{part};
+  }
   Tensor partial = ctx.empty({rows, out}, x.dtype());
   LinearSaved saved = local_forward(ctx, partial, part, once);
   parallel::reduce_scatter_to_sp_forward(ctx, tp_, y.view({-1, out}), partial);
@@ -68,6 +75,20 @@ void RowParallelLinear::backward(Context& ctx, LinearSaved&& saved, const Tensor
     return;
   }
   const int64_t rows = dy.shape().rows() * (tp_.sp() ? tp_.size() : 1), out = out_features();
+  if (tp_.pipelined_ag() && !fp8_.enabled() && (!dx.defined() || options_.input_is_parallel)) {
+    // dy's all-gather pipelined with the input-gradient GEMM; the weight gradient then reads the gathered dy.
+    const LinearSaved s = std::move(saved);
+    MEGATRON_CHECK(s.defined(), "RowParallelLinear ", weight.name, ": backward without a forward's saved input");
+    const int64_t r = dy.shape().rows(), in = in_features();
+    Tensor dwhole = ctx.empty({rows, out}, dy.dtype());
+    parallel::ring_all_gather(ctx, tp_, dy.view({-1, out}), dwhole, [&](int c, const Tensor& rows_dy) {
+      if (dx.defined())
+        linear_backward_input(ctx, parallel::row_block(dx, in, c * r, r), rows_dy, weight,
+                              dx_gelu_input.defined() ? parallel::row_block(dx_gelu_input, in, c * r, r) : Tensor());
+    });
+    linear_backward_weight(ctx, dwhole, s.x, weight, &bias);
+    return;
+  }
   Tensor dwhole = dy;
   if (tp_.sp()) {
     dwhole = ctx.empty({rows, out}, dy.dtype());

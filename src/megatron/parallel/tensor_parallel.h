@@ -19,6 +19,7 @@
 
 #include "megatron/comm/communicator.h"
 #include "megatron/parallel/stream_fork.h"
+#include "megatron/parallel/tp_comm_overlap.h"
 
 namespace megatron::parallel {
 
@@ -26,6 +27,7 @@ struct TensorParallel {
   std::shared_ptr<comm::Communicator> group;  // null: no tensor parallelism
   bool sequence_parallel = false;             // effective only with size() > 1 (Megatron turns it off at TP 1)
   std::shared_ptr<StreamFork> overlap;        // CUDA side stream for overlapped collectives; null: none
+  TpCommOverlap comm_overlap;                 // which collectives run pipelined with the GEMMs (tp_comm_overlap.h)
 
   // group must be a communicator of ctx's device (or null). A side stream is made for CUDA groups of size > 1.
   static TensorParallel create(Context& ctx, std::shared_ptr<comm::Communicator> group, bool sequence_parallel);
@@ -38,6 +40,9 @@ struct TensorParallel {
   // Rows this rank holds of a [rows, ...] activation of the sequence-parallel region, and the first one.
   int64_t sp_rows(int64_t rows) const { return sp() ? rows / size() : rows; }
   int64_t sp_row_offset(int64_t rows) const { return sp() ? int64_t(rank()) * (rows / size()) : 0; }
+  // The pipelined collectives apply under sequence parallelism only.
+  bool pipelined_ag() const { return sp() && comm_overlap.pipelined_ag; }
+  bool pipelined_rs() const { return sp() && comm_overlap.pipelined_rs; }
 };
 
 }  // namespace megatron::parallel

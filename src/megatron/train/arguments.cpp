@@ -67,7 +67,10 @@ void resolve(Arguments& a) {
   if (t.global_batch_size == 0) t.global_batch_size = t.micro_batch_size * std::max(1, a.data_parallel_size());
   if (t.lr_decay_iters == 0) t.lr_decay_iters = t.train_iters;
   // Megatron: "Disabling sequence parallelism because tensor model parallel size is 1".
-  if (a.parallel.tensor_model_parallel_size == 1) a.parallel.sequence_parallel = false;
+  if (a.parallel.tensor_model_parallel_size == 1) {  // Megatron turns both off at TP 1: nothing to split
+    a.parallel.sequence_parallel = false;
+    a.parallel.tp_comm_overlap = false;
+  }
   resolve_pipeline(a);
   MoeArguments& e = a.moe;
   if (e.num_experts > 0 && e.moe_ffn_hidden_size == 0) e.moe_ffn_hidden_size = m.ffn_hidden_size;
@@ -179,6 +182,8 @@ void parallel_violations(const Arguments& a, Violations& v) {
     if (p.sequence_parallel)
       v.need(m.seq_length % tp == 0, "--seq-length ", m.seq_length, " must be divisible by --tensor-model-parallel-size ",
              tp, " with --sequence-parallel");
+    v.need(!p.tp_comm_overlap || p.sequence_parallel, "--tp-comm-overlap needs --sequence-parallel (it pipelines the "
+           "sequence-parallel all-gathers and reduce-scatters with the GEMMs)");
     if (cp > 1)
       v.need(m.seq_length % (2 * cp) == 0, "--seq-length ", m.seq_length,
              " must be divisible by 2 x --context-parallel-size ", cp, " = ", 2 * cp);

@@ -144,6 +144,15 @@ struct ParallelArguments {
   int expert_model_parallel_size = 1;
   int expert_tensor_parallel_size = 0;  // 0: --tensor-model-parallel-size (Megatron's default)
   bool sequence_parallel = false;
+  // --tp-comm-overlap and the switches that turn its parts off (parallel/tp_comm_overlap.h).
+  bool tp_comm_overlap = false;
+  bool disable_tp_comm_overlap_ag = false;
+  bool disable_tp_comm_overlap_rs = false;
+  bool disable_tp_comm_bulk_dgrad = false;
+  bool disable_tp_comm_bulk_wgrad = false;
+  bool disable_tp_comm_split_ag = false;
+  bool disable_tp_comm_split_rs = false;
+  bool tp_comm_overlap_rs_dgrad = false;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;

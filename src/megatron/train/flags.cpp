@@ -287,6 +287,22 @@ std::vector<FlagSpec> fp8_flags() {
   };
 }
 
+// --tp-comm-overlap's off switches, each under Megatron's --disable-* name and its --no-* alias.
+std::vector<FlagSpec> tp_comm_overlap_switches() {
+  std::vector<FlagSpec> out;
+  const std::pair<const char*, bool P::*> parts[] = {{"overlap-ag", &P::disable_tp_comm_overlap_ag},
+                                                     {"overlap-rs", &P::disable_tp_comm_overlap_rs},
+                                                     {"bulk-dgrad", &P::disable_tp_comm_bulk_dgrad},
+                                                     {"bulk-wgrad", &P::disable_tp_comm_bulk_wgrad},
+                                                     {"split-ag", &P::disable_tp_comm_split_ag},
+                                                     {"split-rs", &P::disable_tp_comm_split_rs}};
+  for (const auto& [part, field] : parts)
+    for (const char* prefix : {"--disable-tp-comm-", "--no-tp-comm-"})
+      out.push_back(flag(str_cat(prefix, part), &A::parallel, field,
+                         str_cat("with --tp-comm-overlap: turn its ", part, " part off")));
+  return out;
+}
+
 using R = RecomputeArguments;
 
 // Activation recomputation (Megatron's names; train/recompute_arguments.h has the rules).
@@ -352,6 +368,10 @@ std::vector<FlagSpec> parallel_flags() {
            "with TP > 1: norms, dropout and the residual stream hold 1/TP of the tokens (all-gather before, "
            "reduce-scatter after the parallel layers); ignored at TP 1, as in Megatron"),
       flag("--use-distributed-optimizer", &A::parallel, &P::use_distributed_optimizer, "shard optimizer state over DP"),
+      flag("--tp-comm-overlap", &A::parallel, &P::tp_comm_overlap,
+           "with --sequence-parallel: pipeline the TP all-gathers and reduce-scatters with the GEMMs, chunk by chunk"),
+      flag("--tp-comm-overlap-rs-dgrad", &A::parallel, &P::tp_comm_overlap_rs_dgrad,
+           "with --tp-comm-overlap: pipeline the column-parallel input gradient's reduce-scatter with its GEMM"),
       flag("--overlap-grad-reduce", &A::parallel, &P::overlap_grad_reduce, "reduce gradients during backward"),
       flag("--overlap-param-gather", &A::parallel, &P::overlap_param_gather,
            "gather parameters during forward (CUDA; on CPU ranks the gather completes in the optimizer step)"),
@@ -405,7 +425,7 @@ std::vector<FlagSpec> checkpoint_flags() {
 const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = [] {
     std::vector<FlagSpec> all;
-    for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &training_flags, &parallel_flags, &data_flags, &checkpoint_flags})
+    for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &tp_comm_overlap_switches, &training_flags, &parallel_flags, &data_flags, &checkpoint_flags})
       for (FlagSpec& f : group()) all.push_back(std::move(f));
     return all;
   }();

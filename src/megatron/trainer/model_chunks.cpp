@@ -48,6 +48,20 @@ parallel::ContextParallel context_parallel(const parallel::ParallelContext& para
   return cp;
 }
 
+parallel::TensorParallel tensor_parallel(Context& ctx, const parallel::ParallelContext& parallel,
+                                         const train::Arguments& args) {
+  parallel::TensorParallel tp = parallel::TensorParallel::create(ctx, parallel.tp().comm, args.parallel.sequence_parallel);
+  const train::ParallelArguments& p = args.parallel;
+  if (p.tp_comm_overlap) {
+    tp.comm_overlap = {.pipelined_ag = !p.disable_tp_comm_overlap_ag && !p.disable_tp_comm_split_ag,
+                       .pipelined_rs = !p.disable_tp_comm_overlap_rs && !p.disable_tp_comm_split_rs,
+                       .rs_dgrad = p.tp_comm_overlap_rs_dgrad,
+                       .bulk_dgrad = !p.disable_tp_comm_bulk_dgrad,
+                       .bulk_wgrad = !p.disable_tp_comm_bulk_wgrad};
+  }
+  return tp;
+}
+
 nn::MoeParallel moe_parallel(const parallel::ParallelContext& parallel) {
   nn::MoeParallel m;
   m.experts = {.ep_rank = std::max(0, parallel.ep().rank()),

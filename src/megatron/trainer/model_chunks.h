@@ -33,6 +33,10 @@ nn::MoeParallel moe_parallel(const parallel::ParallelContext& parallel);
 // levels (a2a+p2p) and the communication type of each layer (--cp-comm-type, default p2p).
 parallel::ContextParallel context_parallel(const parallel::ParallelContext& parallel, const train::Arguments& args);
 
+// The tensor-parallel value of this rank: its TP group, sequence parallelism and --tp-comm-overlap's parts.
+parallel::TensorParallel tensor_parallel(Context& ctx, const parallel::ParallelContext& parallel,
+                                         const train::Arguments& args);
+
 // Non-owning views, in chunk order.
 std::vector<nn::GPTModel*> chunk_pointers(const std::vector<std::unique_ptr<nn::GPTModel>>& chunks);
 

@@ -155,7 +155,7 @@ int pretrain(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) 
   RunCheckpoints checkpoints(*ctx, args, *world);
   const std::vector<std::unique_ptr<nn::GPTModel>> owned_chunks = build_model_chunks(
       *ctx, train::transformer_config(args, checkpoints.model_seed()),
-      parallel::TensorParallel::create(*ctx, parallel.tp().comm, args.parallel.sequence_parallel),
+      tensor_parallel(*ctx, parallel, args),
       context_parallel(parallel, args), args, parallel.pp().rank(), moe_parallel(parallel));
   const std::vector<nn::GPTModel*> chunks = chunk_pointers(owned_chunks);
   report_parameters(chunks, args, parallel, device);
