@@ -172,6 +172,11 @@ std::vector<FlagSpec> training_flags() {
       flag("--adam-beta1", &A::training, &T::adam_beta1, "Adam beta1"),
       flag("--adam-beta2", &A::training, &T::adam_beta2, "Adam beta2"),
       flag("--adam-eps", &A::training, &T::adam_eps, "Adam epsilon"),
+      flag("--dry-run", &A::training, &T::dry_run,
+           "ours: validate the flags, print each pipeline rank's predicted memory (model state, activations through "
+           "the pipeline schedule, peak) and exit without allocating anything"),
+      flag("--dry-run-world-size", &A::training, &T::dry_run_world_size,
+           "ours: with --dry-run, plan for this many ranks instead of the launcher's"),
       flag("--optimizer-cpu-offload", &A::training, &T::optimizer_cpu_offload,
            "keep the optimizer state of --optimizer-offload-fraction of the parameters in host memory and update "
            "them on the CPU"),

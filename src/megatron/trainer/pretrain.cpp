@@ -1,5 +1,7 @@
 #include "megatron/trainer/pretrain.h"
 
+#include "megatron/trainer/memory_plan.h"
+
 #include <iostream>
 #include <optional>
 
@@ -142,7 +144,13 @@ std::unique_ptr<TrainingData> load_data(const train::Arguments& args, int64_t eo
 int pretrain(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
   train::Arguments args = train::parse_arguments(argv);
   args.parallel.world_size = mpi.world_size();
+  if (args.training.dry_run && args.training.dry_run_world_size > 0)
+    args.parallel.world_size = args.training.dry_run_world_size;
   const int64_t eod = configure_vocabulary(args);
+  if (args.training.dry_run) {  // nothing is allocated: the plan from the flags alone
+    if (mpi.world_rank() == 0) std::cout << train::describe_arguments(args) << describe(plan_memory(args), args);
+    return 0;
+  }
 
   const Device device = pick_device(args.training.device, mpi);
   const std::unique_ptr<Context> ctx = Context::create(device);

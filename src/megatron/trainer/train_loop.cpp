@@ -109,7 +109,7 @@ void TrainLoop::log(int64_t iteration, const StepResult& r, double seconds) {
 }
 
 void TrainLoop::print_memory_once(int64_t iteration) {
-  if (printed_memory_ || !ctx_.is_cuda()) return;
+  if (printed_memory_) return;
   const AllocatorStats s = ctx_.allocator().stats();
   const double peak = double(s.peak_allocated_bytes), state = double(model_state_bytes_);
   std::cout << (world_.size() > 1 ? str_cat("[rank ", world_.rank(), "] ") : std::string()) << "[after iteration "

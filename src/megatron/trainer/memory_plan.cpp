@@ -1,0 +1,229 @@
+#include "megatron/trainer/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "megatron/core/error.h"
+#include "megatron/parallel/pipeline_split.h"
+#include "megatron/pipeline/schedule.h"
+#include "megatron/train/fp8_arguments.h"
+#include "megatron/train/recompute_arguments.h"
+#include "megatron/trainer/model_chunks.h"
+
+namespace megatron::trainer {
+
+namespace {
+
+// The numbers the formulas use; bytes per element e, token rows T of one micro-batch on this rank (its
+// sequence part under CP), region: the rows of the sequence-parallel region (T / TP under SP).
+struct Dims {
+  double h = 0, n = 0, g = 0, d = 0, F = 0, k = 1, V = 0, e = 2, t = 1, T = 0, region = 0;
+  bool bias = false, layernorm = false, packed_qkv = false;
+  double position_table = 0;  // learned positions: max_position_embeddings x h
+};
+
+Dims dims_of(const train::Arguments& a) {
+  const train::ModelArguments& m = a.model;
+  const train::ParallelArguments& p = a.parallel;
+  Dims x;
+  x.h = m.hidden_size;
+  x.n = m.num_attention_heads;
+  x.g = m.num_query_groups;
+  x.d = m.kv_channels;
+  x.F = m.ffn_hidden_size;
+  x.k = m.swiglu ? 2 : 1;
+  x.V = a.padded_vocab_size();
+  x.e = a.training.bf16 || a.training.fp16 ? 2 : 4;
+  x.t = p.tensor_model_parallel_size;
+  x.T = double(a.training.micro_batch_size) * m.seq_length / p.context_parallel_size;
+  x.region = p.sequence_parallel ? x.T / x.t : x.T;
+  x.bias = !m.disable_bias_linear;
+  x.layernorm = m.normalization != "RMSNorm";
+  x.packed_qkv = x.g == x.n && m.position_embedding_type != "rope";
+  if (m.position_embedding_type == "learned_absolute") x.position_table = double(m.max_position_embeddings) * x.h;
+  return x;
+}
+
+// Parameters of one transformer layer on a TP rank, and those of its four linears' weights (FP8's copies).
+double linear_weights(const Dims& x) {
+  return (x.h * (x.n + 2 * x.g) * x.d + x.n * x.d * x.h + x.h * x.k * x.F + x.F * x.h) / x.t;
+}
+double layer_params(const Dims& x) {
+  const double biases = x.bias ? ((x.n + 2 * x.g) * x.d + x.k * x.F) / x.t + 2 * x.h : 0;
+  return linear_weights(x) + biases + (x.layernorm ? 4 : 2) * x.h;
+}
+
+// What one layer keeps for the backward of one micro-batch (transformer_layer.h's TransformerLayerSaved).
+double layer_saved(const Dims& x, bool fp8, bool recompute_mlp) {
+  const double stats = 4 * x.region * (x.layernorm ? 2 : 1);
+  double b = 2 * x.e * x.region * x.h + 2 * stats;                  // the norms' inputs (x, h) and statistics
+  b += fp8 ? x.T * x.h : x.e * x.region * x.h;                       // QKV's input (FP8: its whole transpose)
+  b += x.e * x.T * (x.n + 2 * x.g) * x.d / x.t;                      // q, k, v (or the packed projection)
+  b += x.e * x.T * x.n * x.d / x.t + 4 * x.T * x.n / x.t;            // attention output and log-sum-exp
+  if (fp8) b += x.T * x.n * x.d / x.t;                               // the projection's FP8 input
+  if (recompute_mlp) return b + x.e * x.region * x.h;                // the MLP's input only
+  b += fp8 ? x.T * x.h : x.e * x.region * x.h;                       // fc1's input
+  b += x.e * x.T * x.k * x.F / x.t;                                  // fc1's output (pre-activation)
+  b += (fp8 ? 1 : x.e) * x.T * x.F / x.t;                            // fc2's input (the activation)
+  return b;
+}
+
+// The backward's working tensors of one layer beyond the saved ones: the MLP's activation gradients and a few
+// hidden-state gradients (the gathered input under SP).
+double layer_backward_working(const Dims& x) { return x.e * x.T * (x.k + 1) * x.F / x.t + 3 * x.e * x.T * x.h; }
+
+// The loss head of a micro-batch: the final norm's input and output, the logits (their gradient in place), the
+// per-token losses.
+double head_saved(const Dims& x) { return 2 * x.e * x.region * x.h + 4 * x.region + x.e * x.T * x.V / x.t + 12 * x.T; }
+
+struct ChunkCost {
+  double saved = 0;      // per micro-batch, between its forward and its backward (the head included)
+  double head = 0;       // the last chunk's loss head, which its backward consumes first
+  double rebuilt = 0;    // full recomputation: the largest unit's activations, rebuilt in the backward
+  double working = 0;    // the layers' backward working tensors
+  double hidden_grad = 0;  // one hidden-state gradient [T, h] (the head's backward)
+  double params = 0, fp8_params = 0;
+};
+
+ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::ChunkLayers& layers, bool first,
+                     bool last, const nn::Fp8Recipe& fp8, const nn::RecomputeConfig& recompute) {
+  ChunkCost c;
+  const int L = a.model.num_layers;
+  std::vector<double> saved(size_t(layers.num_layers));
+  for (int i = 0; i < layers.num_layers; ++i) {
+    const bool in_fp8 = fp8.enabled && fp8.fp8_layer(layers.first_layer + i, L);
+    saved[size_t(i)] = layer_saved(x, in_fp8, recompute.selective_mlp());
+    c.params += layer_params(x);
+    if (in_fp8) c.fp8_params += linear_weights(x);
+  }
+  std::vector<bool> recomputed(saved.size(), false);
+  for (const auto& [unit_first, count] : recompute.units(layers.num_layers)) {
+    double unit = 0;
+    for (int i = unit_first; i < unit_first + count; ++i) {
+      unit += saved[size_t(i)];
+      recomputed[size_t(i)] = true;
+    }
+    c.saved += x.e * x.region * x.h;  // the unit's input
+    c.rebuilt = std::max(c.rebuilt, unit);
+  }
+  for (size_t i = 0; i < saved.size(); ++i)
+    if (!recomputed[i]) c.saved += saved[i];
+  c.working = layers.num_layers > 0 ? layer_backward_working(x) : 0;
+  c.hidden_grad = last ? x.e * x.T * x.h : 0;
+  if (first) {
+    c.saved += 8 * x.T;  // the token ids
+    c.params += x.V / x.t * x.h + x.position_table;
+  }
+  if (last) {
+    c.head = head_saved(x);
+    c.saved += c.head;
+    c.params += (x.layernorm ? 2 : 1) * x.h;
+    const bool own_output = a.model.untie_embeddings_and_output_weights || !first;
+    if (own_output) c.params += x.V / x.t * x.h;
+  }
+  return c;
+}
+
+// Walks the rank's schedule: the live activations after each forward, and at each backward the rebuilt unit
+// and the working tensors on top.
+void simulate(RankMemory& r, const std::vector<ChunkCost>& chunks, const std::vector<pipeline::Step>& steps,
+              double baseline) {
+  double live = 0;
+  int in_flight = 0;
+  for (const pipeline::Step& s : steps) {
+    const ChunkCost& c = chunks[size_t(s.chunk)];
+    if (s.action == pipeline::Action::Forward) {
+      live += c.saved;
+      r.max_in_flight = std::max(r.max_in_flight, ++in_flight);
+      r.peak_activations = std::max(r.peak_activations, baseline + live);
+    } else if (s.action == pipeline::Action::Backward) {
+      // The head's backward (its gradients of the final hidden state) runs with everything live; the layers'
+      // backwards (and a recomputed unit) after the head is released.
+      r.peak_activations = std::max(r.peak_activations, baseline + live + 2 * c.hidden_grad);
+      r.peak_activations = std::max(r.peak_activations, baseline + live - c.head + c.rebuilt + c.working);
+      live -= c.saved;
+      --in_flight;
+    }
+  }
+}
+
+double gib(double bytes) { return bytes / double(1ull << 30); }
+
+}  // namespace
+
+const RankMemory& MemoryPlan::worst() const {
+  MEGATRON_CHECK(!ranks.empty(), "MemoryPlan: no ranks");
+  return *std::max_element(ranks.begin(), ranks.end(),
+                           [](const RankMemory& a, const RankMemory& b) { return a.peak < b.peak; });
+}
+
+MemoryPlan plan_memory(const train::Arguments& a) {
+  MemoryPlan plan;
+  if (a.moe.num_experts > 0)
+    plan.notes.push_back("MoE layers are planned as dense layers: the experts' token counts depend on the routing");
+  const Dims x = dims_of(a);
+  const train::ParallelArguments& p = a.parallel;
+  const parallel::PipelineSplitConfig split_config = pipeline_split_config(a);
+  const parallel::PipelineSplit split = parallel::split_layers(split_config);
+  const int P = split_config.pipeline_size, V = split_config.virtual_size;
+  const int dp_cp = std::max(1, p.world_size / (p.tensor_model_parallel_size * P));
+  const nn::Fp8Recipe fp8 = train::fp8_recipe(a);
+  const nn::RecomputeConfig recompute = train::recompute_config(a);
+  const double offload = a.training.optimizer_cpu_offload ? a.training.optimizer_offload_fraction : 0.0;
+  const double optimizer_per_param =
+      ((x.e < 4 ? 4.0 : 0.0) + 8.0) / (p.use_distributed_optimizer ? double(dp_cp) : 1.0);
+  const int group = p.microbatch_group_size_per_virtual_pipeline_stage > 0
+                        ? p.microbatch_group_size_per_virtual_pipeline_stage
+                        : P;
+  for (int rank = 0; rank < P; ++rank) {
+    RankMemory r;
+    r.pipeline_rank = rank;
+    std::vector<ChunkCost> chunks;
+    double params = 0, fp8_params = 0;
+    for (int c = 0; c < V; ++c) {
+      chunks.push_back(chunk_cost(a, x, split.chunks[size_t(rank)][size_t(c)], rank == 0 && c == 0,
+                                  rank == P - 1 && c == V - 1, fp8, recompute));
+      params += chunks.back().params;
+      fp8_params += chunks.back().fp8_params;
+      r.activations_per_microbatch += chunks.back().saved;
+    }
+    r.weights = x.e * params;
+    r.main_grads = 4 * params;
+    r.optimizer = optimizer_per_param * params * (1 - offload);
+    r.optimizer_host = optimizer_per_param * params * offload;
+    r.fp8_weights = 2 * fp8_params;  // W and its transpose in FP8, cast once per iteration
+    r.model_state = r.weights + r.main_grads + r.optimizer;
+    const int microbatches = a.num_micro_batches();
+    simulate(r, chunks, pipeline::schedule_for({.size = P, .rank = rank, .virtual_size = V}, microbatches, group),
+             r.fp8_weights);
+    r.peak = r.model_state + r.peak_activations;
+    plan.ranks.push_back(r);
+  }
+  if (a.training.fp16) plan.notes.push_back("fp16's loss-scaling buffers are not counted (small)");
+  return plan;
+}
+
+std::string describe(const MemoryPlan& plan, const train::Arguments& args) {
+  std::ostringstream out;
+  out << "memory plan per rank (GiB; activations walked through the pipeline schedule of "
+      << args.num_micro_batches() << " micro-batches per iteration):\n";
+  char line[320];
+  std::snprintf(line, sizeof line, "  %-8s %9s %9s %11s %9s %12s %10s %13s %9s\n", "pp rank", "weights", "grads",
+                "optimizer", "fp8 W", "act/microb.", "in flight", "peak activ.", "peak");
+  out << line;
+  for (const RankMemory& r : plan.ranks) {
+    std::snprintf(line, sizeof line, "  %-8d %9.3f %9.3f %11.3f %9.3f %12.3f %10d %13.3f %9.3f\n", r.pipeline_rank,
+                  gib(r.weights), gib(r.main_grads), gib(r.optimizer), gib(r.fp8_weights),
+                  gib(r.activations_per_microbatch), r.max_in_flight, gib(r.peak_activations), gib(r.peak));
+    out << line;
+  }
+  const RankMemory& w = plan.worst();
+  out << "predicted peak allocated: " << gib(w.peak) << " GiB (pipeline rank " << w.pipeline_rank << ")";
+  if (w.optimizer_host > 0) out << "; optimizer state in host memory: " << gib(w.optimizer_host) << " GiB per rank";
+  out << "\n";
+  for (const std::string& n : plan.notes) out << "note: " << n << "\n";
+  return out.str();
+}
+
+}  // namespace megatron::trainer
