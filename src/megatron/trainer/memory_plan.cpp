@@ -1,12 +1,14 @@
 #include "megatron/trainer/memory_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
 #include "megatron/core/error.h"
 #include "megatron/parallel/pipeline_split.h"
 #include "megatron/pipeline/schedule.h"
+#include "megatron/tensor/caching_pool.h"
 #include "megatron/train/fp8_arguments.h"
 #include "megatron/train/recompute_arguments.h"
 #include "megatron/trainer/model_chunks.h"
@@ -16,11 +18,19 @@ namespace megatron::trainer {
 namespace {
 
 // The numbers the formulas use; bytes per element e, token rows T of one micro-batch on this rank (its
-// sequence part under CP), region: the rows of the sequence-parallel region (T / TP under SP).
+// sequence part under CP), region: the rows of the sequence-parallel region (T / TP under SP). cuda: tensors
+// are counted as the CUDA caching allocator counts them, each rounded to its size class (tensor/caching_pool.h:
+// up to 25% for large blocks); the CPU allocator rounds to 64 bytes.
 struct Dims {
   double h = 0, n = 0, g = 0, d = 0, F = 0, k = 1, V = 0, e = 2, t = 1, T = 0, region = 0;
-  bool bias = false, layernorm = false, packed_qkv = false;
+  bool bias = false, layernorm = false, packed_qkv = false, cuda = true;
   double position_table = 0;  // learned positions: max_position_embeddings x h
+
+  double bytes(double b) const {  // one tensor of b bytes, as the allocator counts it
+    if (!cuda) return std::ceil(b / 64) * 64;
+    return double(CachingPool::size_class(size_t(b)));
+  }
+  double tensor(double rows, double cols, double element_bytes) const { return bytes(rows * cols * element_bytes); }
 };
 
 Dims dims_of(const train::Arguments& a) {
@@ -41,49 +51,63 @@ Dims dims_of(const train::Arguments& a) {
   x.bias = !m.disable_bias_linear;
   x.layernorm = m.normalization != "RMSNorm";
   x.packed_qkv = x.g == x.n && m.position_embedding_type != "rope";
+  x.cuda = a.training.device != "cpu";
   if (m.position_embedding_type == "learned_absolute") x.position_table = double(m.max_position_embeddings) * x.h;
   return x;
 }
 
-// Parameters of one transformer layer on a TP rank, and those of its four linears' weights (FP8's copies).
+// The parameter tensors of one transformer layer on a TP rank (elements each), and which are FP8 linears'.
+std::vector<double> layer_param_tensors(const Dims& x) {
+  std::vector<double> p = {x.h * (x.n + 2 * x.g) * x.d / x.t, x.n * x.d / x.t * x.h, x.h * x.k * x.F / x.t,
+                           x.F / x.t * x.h, x.h, x.h};
+  if (x.layernorm) p.insert(p.end(), {x.h, x.h});
+  if (x.bias) p.insert(p.end(), {(x.n + 2 * x.g) * x.d / x.t, x.h, x.k * x.F / x.t, x.h});
+  return p;
+}
 double linear_weights(const Dims& x) {
   return (x.h * (x.n + 2 * x.g) * x.d + x.n * x.d * x.h + x.h * x.k * x.F + x.F * x.h) / x.t;
 }
-double layer_params(const Dims& x) {
-  const double biases = x.bias ? ((x.n + 2 * x.g) * x.d + x.k * x.F) / x.t + 2 * x.h : 0;
-  return linear_weights(x) + biases + (x.layernorm ? 4 : 2) * x.h;
-}
+
+// The norms' statistics of one pass: rstd (and LayerNorm's mean) per row, F32.
+double norm_stats(const Dims& x) { return (x.layernorm ? 2 : 1) * x.tensor(x.region, 1, 4); }
 
 // What one layer keeps for the backward of one micro-batch (transformer_layer.h's TransformerLayerSaved).
 double layer_saved(const Dims& x, bool fp8, bool recompute_mlp) {
-  const double stats = 4 * x.region * (x.layernorm ? 2 : 1);
-  double b = 2 * x.e * x.region * x.h + 2 * stats;                  // the norms' inputs (x, h) and statistics
-  b += fp8 ? x.T * x.h : x.e * x.region * x.h;                       // QKV's input (FP8: its whole transpose)
-  b += x.e * x.T * (x.n + 2 * x.g) * x.d / x.t;                      // q, k, v (or the packed projection)
-  b += x.e * x.T * x.n * x.d / x.t + 4 * x.T * x.n / x.t;            // attention output and log-sum-exp
-  if (fp8) b += x.T * x.n * x.d / x.t;                               // the projection's FP8 input
-  if (recompute_mlp) return b + x.e * x.region * x.h;                // the MLP's input only
-  b += fp8 ? x.T * x.h : x.e * x.region * x.h;                       // fc1's input
-  b += x.e * x.T * x.k * x.F / x.t;                                  // fc1's output (pre-activation)
-  b += (fp8 ? 1 : x.e) * x.T * x.F / x.t;                            // fc2's input (the activation)
+  const double hidden = x.tensor(x.region, x.h, x.e);
+  double b = 2 * hidden + 2 * norm_stats(x);                             // the norms' inputs (x, h) and statistics
+  b += fp8 ? x.tensor(x.T, x.h, 1) : hidden;                             // QKV's input (FP8: its whole transpose)
+  if (x.packed_qkv) b += x.tensor(x.T, 3 * x.n * x.d / x.t, x.e);         // the packed projection
+  else b += x.tensor(x.T, x.n * x.d / x.t, x.e) + 2 * x.tensor(x.T, x.g * x.d / x.t, x.e);  // q, k, v
+  b += x.tensor(x.T, x.n * x.d / x.t, x.e) + x.tensor(x.T, x.n / x.t, 4);  // attention output and log-sum-exp
+  if (fp8) b += x.tensor(x.T, x.n * x.d / x.t, 1);                       // the projection's FP8 input
+  if (recompute_mlp) return b + hidden;                                   // the MLP's input only
+  b += fp8 ? x.tensor(x.T, x.h, 1) : hidden;                             // fc1's input
+  b += x.tensor(x.T, x.k * x.F / x.t, x.e);                              // fc1's output (pre-activation)
+  b += x.tensor(x.T, x.F / x.t, fp8 ? 1 : x.e);                          // fc2's input (the activation)
   return b;
 }
 
 // The backward's working tensors of one layer beyond the saved ones: the MLP's activation gradients and a few
 // hidden-state gradients (the gathered input under SP).
-double layer_backward_working(const Dims& x) { return x.e * x.T * (x.k + 1) * x.F / x.t + 3 * x.e * x.T * x.h; }
+double layer_backward_working(const Dims& x) {
+  return x.tensor(x.T, x.k * x.F / x.t, x.e) + x.tensor(x.T, x.F / x.t, x.e) + 3 * x.tensor(x.T, x.h, x.e);
+}
 
 // The loss head of a micro-batch: the final norm's input and output, the logits (their gradient in place), the
 // per-token losses.
-double head_saved(const Dims& x) { return 2 * x.e * x.region * x.h + 4 * x.region + x.e * x.T * x.V / x.t + 12 * x.T; }
+double head_saved(const Dims& x) {
+  return 2 * x.tensor(x.region, x.h, x.e) + norm_stats(x) + x.tensor(x.T, x.V / x.t, x.e) + 3 * x.tensor(x.T, 1, 4);
+}
 
 struct ChunkCost {
   double saved = 0;      // per micro-batch, between its forward and its backward (the head included)
   double head = 0;       // the last chunk's loss head, which its backward consumes first
   double rebuilt = 0;    // full recomputation: the largest unit's activations, rebuilt in the backward
   double working = 0;    // the layers' backward working tensors
-  double hidden_grad = 0;  // one hidden-state gradient [T, h] (the head's backward)
-  double params = 0, fp8_params = 0;
+  double head_backward = 0;  // the head's backward: a hidden-state gradient, and on CUDA the first iteration's
+                             // GEMM-autotuning scratch of the output layer's weight gradient (fp32 [V / TP, h])
+  std::vector<double> params;  // every parameter tensor's elements
+  double fp8_params = 0;
 };
 
 ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::ChunkLayers& layers, bool first,
@@ -94,7 +118,7 @@ ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::C
   for (int i = 0; i < layers.num_layers; ++i) {
     const bool in_fp8 = fp8.enabled && fp8.fp8_layer(layers.first_layer + i, L);
     saved[size_t(i)] = layer_saved(x, in_fp8, recompute.selective_mlp());
-    c.params += layer_params(x);
+    for (double p : layer_param_tensors(x)) c.params.push_back(p);
     if (in_fp8) c.fp8_params += linear_weights(x);
   }
   std::vector<bool> recomputed(saved.size(), false);
@@ -104,25 +128,63 @@ ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::C
       unit += saved[size_t(i)];
       recomputed[size_t(i)] = true;
     }
-    c.saved += x.e * x.region * x.h;  // the unit's input
+    c.saved += x.tensor(x.region, x.h, x.e);  // the unit's input
     c.rebuilt = std::max(c.rebuilt, unit);
   }
   for (size_t i = 0; i < saved.size(); ++i)
     if (!recomputed[i]) c.saved += saved[i];
   c.working = layers.num_layers > 0 ? layer_backward_working(x) : 0;
-  c.hidden_grad = last ? x.e * x.T * x.h : 0;
   if (first) {
-    c.saved += 8 * x.T;  // the token ids
-    c.params += x.V / x.t * x.h + x.position_table;
+    c.saved += x.tensor(x.T, 1, 8);  // the token ids
+    c.params.push_back(x.V / x.t * x.h);
+    if (x.position_table > 0) c.params.push_back(x.position_table);
   }
   if (last) {
     c.head = head_saved(x);
     c.saved += c.head;
-    c.params += (x.layernorm ? 2 : 1) * x.h;
+    c.params.insert(c.params.end(), x.layernorm ? 2 : 1, x.h);
     const bool own_output = a.model.untie_embeddings_and_output_weights || !first;
-    if (own_output) c.params += x.V / x.t * x.h;
+    if (own_output) c.params.push_back(x.V / x.t * x.h);
+    c.head_backward = x.tensor(x.T, x.h, x.e);
+    if (x.cuda && !a.training.deterministic_mode) c.head_backward += x.tensor(x.V / x.t, x.h, 4);
   }
   return c;
+}
+
+// The model state of a rank as the allocator counts it: the parameters' values and main gradients in the
+// data-parallel buffers (one allocation each; per-parameter values without the distributed optimizer), the
+// optimizer's fp32 masters (bf16/fp16 parameters) and two moments per parameter (its shard's range with the
+// distributed optimizer; the offloaded fraction in host memory), cuBLASLt's workspace on CUDA.
+struct ModelState {
+  double weights = 0, main_grads = 0, optimizer = 0, optimizer_host = 0;
+};
+
+ModelState model_state(const train::Arguments& a, const Dims& x, const std::vector<double>& params, int dp_cp) {
+  ModelState m;
+  double total = 0;
+  for (double p : params) total += p;
+  const bool distributed = a.parallel.use_distributed_optimizer;
+  const double shard = distributed ? double(dp_cp) : 1.0;
+  m.main_grads = x.bytes(4 * total);
+  if (distributed) {
+    m.weights = x.bytes(x.e * total);
+  } else {
+    for (double p : params) m.weights += x.bytes(x.e * p);
+  }
+  const double offload = a.training.optimizer_cpu_offload ? a.training.optimizer_offload_fraction : 0.0;
+  const int per_param = x.e < 4 ? 3 : 2;  // master (bf16/fp16 parameters) and two moments
+  double offloaded = 0;
+  for (double p : params) {
+    const double bytes = per_param * x.bytes(4 * std::ceil(p / shard));
+    if (offloaded < offload * total) {  // Megatron's rule: whole tensors, in order (optim/adamw.h)
+      offloaded += p;
+      m.optimizer_host += bytes;
+    } else {
+      m.optimizer += bytes;
+    }
+  }
+  if (x.cuda) m.weights += double(64u << 20);  // cuBLASLt's workspace, allocated with the context
+  return m;
 }
 
 // Walks the rank's schedule: the live activations after each forward, and at each backward the rebuilt unit
@@ -140,7 +202,7 @@ void simulate(RankMemory& r, const std::vector<ChunkCost>& chunks, const std::ve
     } else if (s.action == pipeline::Action::Backward) {
       // The head's backward (its gradients of the final hidden state) runs with everything live; the layers'
       // backwards (and a recomputed unit) after the head is released.
-      r.peak_activations = std::max(r.peak_activations, baseline + live + 2 * c.hidden_grad);
+      r.peak_activations = std::max(r.peak_activations, baseline + live + c.head_backward);
       r.peak_activations = std::max(r.peak_activations, baseline + live - c.head + c.rebuilt + c.working);
       live -= c.saved;
       --in_flight;
@@ -170,9 +232,6 @@ MemoryPlan plan_memory(const train::Arguments& a) {
   const int dp_cp = std::max(1, p.world_size / (p.tensor_model_parallel_size * P));
   const nn::Fp8Recipe fp8 = train::fp8_recipe(a);
   const nn::RecomputeConfig recompute = train::recompute_config(a);
-  const double offload = a.training.optimizer_cpu_offload ? a.training.optimizer_offload_fraction : 0.0;
-  const double optimizer_per_param =
-      ((x.e < 4 ? 4.0 : 0.0) + 8.0) / (p.use_distributed_optimizer ? double(dp_cp) : 1.0);
   const int group = p.microbatch_group_size_per_virtual_pipeline_stage > 0
                         ? p.microbatch_group_size_per_virtual_pipeline_stage
                         : P;
@@ -180,18 +239,20 @@ MemoryPlan plan_memory(const train::Arguments& a) {
     RankMemory r;
     r.pipeline_rank = rank;
     std::vector<ChunkCost> chunks;
-    double params = 0, fp8_params = 0;
+    std::vector<double> params;
+    double fp8_params = 0;
     for (int c = 0; c < V; ++c) {
       chunks.push_back(chunk_cost(a, x, split.chunks[size_t(rank)][size_t(c)], rank == 0 && c == 0,
                                   rank == P - 1 && c == V - 1, fp8, recompute));
-      params += chunks.back().params;
+      params.insert(params.end(), chunks.back().params.begin(), chunks.back().params.end());
       fp8_params += chunks.back().fp8_params;
       r.activations_per_microbatch += chunks.back().saved;
     }
-    r.weights = x.e * params;
-    r.main_grads = 4 * params;
-    r.optimizer = optimizer_per_param * params * (1 - offload);
-    r.optimizer_host = optimizer_per_param * params * offload;
+    const ModelState m = model_state(a, x, params, dp_cp);
+    r.weights = m.weights;
+    r.main_grads = m.main_grads;
+    r.optimizer = m.optimizer;
+    r.optimizer_host = m.optimizer_host;
     r.fp8_weights = 2 * fp8_params;  // W and its transpose in FP8, cast once per iteration
     r.model_state = r.weights + r.main_grads + r.optimizer;
     const int microbatches = a.num_micro_batches();
