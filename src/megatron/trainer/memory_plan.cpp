@@ -57,11 +57,21 @@ Dims dims_of(const train::Arguments& a) {
 }
 
 // The parameter tensors of one transformer layer on a TP rank (elements each), and which are FP8 linears'.
+// In the model's order (collect_parameters): input norm, QKV, projection, pre-MLP norm, fc1, fc2, each
+// weight followed by its bias.
 std::vector<double> layer_param_tensors(const Dims& x) {
-  std::vector<double> p = {x.h * (x.n + 2 * x.g) * x.d / x.t, x.n * x.d / x.t * x.h, x.h * x.k * x.F / x.t,
-                           x.F / x.t * x.h, x.h, x.h};
-  if (x.layernorm) p.insert(p.end(), {x.h, x.h});
-  if (x.bias) p.insert(p.end(), {(x.n + 2 * x.g) * x.d / x.t, x.h, x.k * x.F / x.t, x.h});
+  std::vector<double> p;
+  auto norm = [&] { p.insert(p.end(), x.layernorm ? 2 : 1, x.h); };
+  auto linear = [&](double weight, double bias) {
+    p.push_back(weight);
+    if (x.bias) p.push_back(bias);
+  };
+  norm();
+  linear(x.h * (x.n + 2 * x.g) * x.d / x.t, (x.n + 2 * x.g) * x.d / x.t);
+  linear(x.n * x.d / x.t * x.h, x.h);
+  norm();
+  linear(x.h * x.k * x.F / x.t, x.k * x.F / x.t);
+  linear(x.F / x.t * x.h, x.h);
   return p;
 }
 double linear_weights(const Dims& x) {
@@ -114,6 +124,10 @@ ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::C
                      bool last, const nn::Fp8Recipe& fp8, const nn::RecomputeConfig& recompute) {
   ChunkCost c;
   const int L = a.model.num_layers;
+  if (first) {  // the embedding's parameters come first in the model's order
+    c.params.push_back(x.V / x.t * x.h);
+    if (x.position_table > 0) c.params.push_back(x.position_table);
+  }
   std::vector<double> saved(size_t(layers.num_layers));
   for (int i = 0; i < layers.num_layers; ++i) {
     const bool in_fp8 = fp8.enabled && fp8.fp8_layer(layers.first_layer + i, L);
@@ -134,11 +148,7 @@ ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::C
   for (size_t i = 0; i < saved.size(); ++i)
     if (!recomputed[i]) c.saved += saved[i];
   c.working = layers.num_layers > 0 ? layer_backward_working(x) : 0;
-  if (first) {
-    c.saved += x.tensor(x.T, 1, 8);  // the token ids
-    c.params.push_back(x.V / x.t * x.h);
-    if (x.position_table > 0) c.params.push_back(x.position_table);
-  }
+  if (first) c.saved += x.tensor(x.T, 1, 8);  // the token ids
   if (last) {
     c.head = head_saved(x);
     c.saved += c.head;
@@ -174,11 +184,16 @@ ModelState model_state(const train::Arguments& a, const Dims& x, const std::vect
   const double offload = a.training.optimizer_cpu_offload ? a.training.optimizer_offload_fraction : 0.0;
   const int per_param = x.e < 4 ? 3 : 2;  // master (bf16/fp16 parameters) and two moments
   double offloaded = 0;
-  for (double p : params) {
+  // The optimizer's entries: model order, or the data-parallel buffer's (reverse model order) for the
+  // distributed optimizer, which decides which tensors the offloaded fraction takes.
+  std::vector<double> order = params;
+  if (distributed) std::reverse(order.begin(), order.end());
+  for (double p : order) {
     const double bytes = per_param * x.bytes(4 * std::ceil(p / shard));
     if (offloaded < offload * total) {  // Megatron's rule: whole tensors, in order (optim/adamw.h)
       offloaded += p;
-      m.optimizer_host += bytes;
+      const double staging = x.bytes(4 * std::ceil(p / shard)) + x.bytes(x.e * std::ceil(p / shard));
+      m.optimizer_host += bytes + staging;  // with the gradient's and the updated parameter's host copies
     } else {
       m.optimizer += bytes;
     }
