@@ -2,9 +2,10 @@
 // (bias, GELU, learned positions) and a Llama-style model, 6 layers, hidden dropout 0.1, train 10 iterations
 // with each recomputation -- full uniform in units of 1 and of 2 layers (a shorter last unit on a pipeline
 // stage of 3 layers), full block 2, selective mlp, and Megatron's default selective core_attn -- at one rank,
-// TP=2 + SP and PP=2, and every loss, gradient norm and the validation loss must be bit for bit the run
-// without recomputation at the same layout: the recomputed forwards draw the same dropout masks and run the
-// same collectives. One FP8 (delayed, hybrid) case holds the same with the iteration's scales.
+// TP=2 + SP, PP=2 and CP=2 (the ring attention's exchanges run again in the recomputed forwards), and every
+// loss, gradient norm and the validation loss must be bit for bit the run without recomputation at the same
+// layout: the recomputed forwards draw the same dropout masks and run the same collectives. One FP8 (delayed,
+// hybrid) case holds the same with the iteration's scales.
 #include <gtest/gtest.h>
 
 #include "layout_training.h"
@@ -57,6 +58,7 @@ TEST(Recompute, EveryRecomputationIsBitwiseInvisibleAtEveryLayout) {
       {"TP=2 + SP", 2, {.tensor_model_parallel = 2},
        {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--make-vocab-size-divisible-by", "8"}},
       {"PP=2", 2, {.pipeline_model_parallel = 2}, {"--pipeline-model-parallel-size", "2"}},
+      {"CP=2", 2, {.context_parallel = 2}, {"--context-parallel-size", "2"}},
   };
   for (const auto& [arch_name, arch] : {Architecture{"gpt", kGpt}, Architecture{"llama", kLlama}}) {
     const TrainingData data(make_args(1, arch, {}), 4098);
