@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "layout_training.h"
+#include "megatron/trainer/layout_search.h"
 #include "megatron/trainer/memory_plan.h"
 
 namespace megatron::trainer {
@@ -60,6 +61,36 @@ TEST(MemoryPlan, PredictsTheMeasuredPeak) {
     EXPECT_NEAR(predicted_here, measured, 0.02 * measured) << "predicted " << predicted_here << " bytes, measured "
                                                            << measured;
   }
+}
+
+// The layout search: every candidate splits the GPUs exactly, passes the launch's validation and fits; the
+// list is ordered by the estimate; a memory cap below the plainest layout's peak keeps only what fits under it
+// (recomputation and more model parallelism).
+TEST(LayoutSearch, ListsOnlyValidLayoutsThatFitFastestFirst) {
+  std::vector<std::string> flags = kLlama;
+  flags.insert(flags.end(), {"--bf16", "--global-batch-size", "8", "--num-layers", "4"});
+  const train::Arguments base = make_args(flags);
+  const std::vector<LayoutCandidate> all = search_layouts(base, 4, 1e12);
+  ASSERT_FALSE(all.empty());
+  bool saw_tp2 = false, saw_pp2 = false, saw_full = false;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const LayoutCandidate& c = all[i];
+    EXPECT_EQ(c.tp * c.pp * c.cp * c.dp, 4) << c.tp << " " << c.pp << " " << c.cp << " " << c.dp;
+    if (i > 0) EXPECT_GE(c.step_seconds, all[i - 1].step_seconds);
+    saw_tp2 |= c.tp == 2;
+    saw_pp2 |= c.pp == 2;
+    saw_full |= c.recompute == "full";
+  }
+  EXPECT_TRUE(saw_tp2 && saw_pp2 && saw_full);
+  double plain_dp4 = 0;
+  for (const LayoutCandidate& c : all)
+    if (c.tp == 1 && c.pp == 1 && c.cp == 1 && c.recompute == "none") plain_dp4 = c.peak_bytes;
+  ASSERT_GT(plain_dp4, 0);
+  const std::vector<LayoutCandidate> capped = search_layouts(base, 4, plain_dp4 - 1);
+  EXPECT_LT(capped.size(), all.size());
+  for (const LayoutCandidate& c : capped) EXPECT_LT(c.peak_bytes, plain_dp4);
+  EXPECT_TRUE(search_layouts(base, 4, 1).empty());
+  EXPECT_NE(describe(capped, base, 4, plain_dp4 - 1).find("est. step s"), std::string::npos);
 }
 
 }  // namespace

@@ -111,6 +111,8 @@ struct TrainingArguments {
   double adam_eps = 1e-8;
   bool dry_run = false;                      // print the memory plan (trainer/memory_plan.h) and exit
   int dry_run_world_size = 0;                // the world the plan is for (0: the launcher's)
+  int dry_run_layouts = 0;                   // > 0: list the layouts of this many GPUs that fit (layout_search.h)
+  double dry_run_gpu_memory = 78;            // GiB usable per GPU for that list (an 80 GB H100 less its context)
   bool optimizer_cpu_offload = false;        // masters and moments of a fraction of the parameters on the host
   double optimizer_offload_fraction = 1.0;   // Megatron's default: all of them
   bool overlap_cpu_optimizer_d2h_h2d = false;  // refused: the host update's transfers are not overlapped yet

@@ -177,6 +177,11 @@ std::vector<FlagSpec> training_flags() {
            "the pipeline schedule, peak) and exit without allocating anything"),
       flag("--dry-run-world-size", &A::training, &T::dry_run_world_size,
            "ours: with --dry-run, plan for this many ranks instead of the launcher's"),
+      flag("--dry-run-layouts", &A::training, &T::dry_run_layouts,
+           "ours: list the TP x PP x CP x DP layouts (and recomputation) of N GPUs whose planned peak fits, fastest "
+           "first by an estimate, and exit"),
+      flag("--dry-run-gpu-memory", &A::training, &T::dry_run_gpu_memory,
+           "ours: GiB usable per GPU for --dry-run-layouts (default 78: an 80 GB H100)"),
       flag("--optimizer-cpu-offload", &A::training, &T::optimizer_cpu_offload,
            "keep the optimizer state of --optimizer-offload-fraction of the parameters in host memory and update "
            "them on the CPU"),

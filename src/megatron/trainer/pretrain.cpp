@@ -1,5 +1,6 @@
 #include "megatron/trainer/pretrain.h"
 
+#include "megatron/trainer/layout_search.h"
 #include "megatron/trainer/memory_plan.h"
 
 #include <iostream>
@@ -25,7 +26,9 @@ std::string gib(double bytes) { return str_cat(bytes / double(1ull << 30), " GiB
 // The tokenizer decides the vocabulary (unless --vocab-size is given with mock data); returns the
 // end-of-document token (the last id when there is no tokenizer). A tokenizer type this build lacks (no PCRE2,
 // no sentencepiece) is refused by the factory, naming the missing library.
-int64_t configure_vocabulary(train::Arguments& args) {
+// The tokenizer's vocabulary size into the arguments (when a tokenizer is given); returns its end-of-document
+// token, or -1.
+int64_t tokenizer_vocabulary(train::Arguments& args) {
   int64_t eod = -1;
   if (!args.data.tokenizer_type.empty()) {
     data::TokenizerConfig tc;
@@ -38,6 +41,11 @@ int64_t configure_vocabulary(train::Arguments& args) {
     args.model.vocab_size = int(tokenizer->vocab_size());
     eod = tokenizer->eod();
   }
+  return eod;
+}
+
+int64_t configure_vocabulary(train::Arguments& args) {
+  const int64_t eod = tokenizer_vocabulary(args);
   train::resolve_and_validate(args);
   return eod >= 0 ? eod : args.model.vocab_size - 1;
 }
@@ -144,6 +152,15 @@ std::unique_ptr<TrainingData> load_data(const train::Arguments& args, int64_t eo
 int pretrain(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
   train::Arguments args = train::parse_arguments(argv);
   args.parallel.world_size = mpi.world_size();
+  if (args.training.dry_run_layouts > 0) {  // the flags' model and batch on other layouts: validated per candidate
+    tokenizer_vocabulary(args);
+    if (mpi.world_rank() == 0) {
+      const int gpus = args.training.dry_run_layouts;
+      const double gpu_bytes = args.training.dry_run_gpu_memory * double(1ull << 30);
+      std::cout << describe(search_layouts(args, gpus, gpu_bytes), args, gpus, gpu_bytes);
+    }
+    return 0;
+  }
   if (args.training.dry_run && args.training.dry_run_world_size > 0)
     args.parallel.world_size = args.training.dry_run_world_size;
   const int64_t eod = configure_vocabulary(args);
