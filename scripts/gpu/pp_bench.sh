@@ -8,14 +8,21 @@
 #      micro-batches).
 #   2. GPT-2 124M shape with tied embeddings (the embedding-group all-reduce over NCCL) on real text
 #      (.deps/data, scripts/gpu/prepare_data.sh): PP=2 against one GPU, 50 iterations, losses compared.
-#   scripts/gpu/pp_bench.sh [8b|gpt2|all]   (ITERS_8B=5, ITERS_GPT2=50)
+#   3. The same 8B shape at TP=2 + SP with --tp-comm-overlap (the collectives pipelined with the GEMMs), next
+#      to the TP=2 + SP row without it.
+#   scripts/gpu/pp_bench.sh [8b-pp|gpt2|8b-others|all]...   (stages run in the order given; ITERS_8B=5,
+#   ITERS_GPT2=50; RUN_TIMEOUT=s bounds each run so a hang cannot eat the lease; PROF=dir keeps the Chrome
+#   traces out of $OUT)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0   # never use NVLink multicast on shared machines
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-WHAT=${1:-all}
+STAGES=" ${*:-all} "
+want() { [[ $STAGES == *" all "* || $STAGES == *" $1 "* ]]; }
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+PROF=${PROF:-$OUT}
 ITERS_8B=${ITERS_8B:-5}
 ITERS_GPT2=${ITERS_GPT2:-50}
 BIN=build-gpu/tools/pretrain_gpt
@@ -32,23 +39,25 @@ run() {  # run <name> <command...>
   local name=$1
   shift
   echo "== $name: $*" | tee "$OUT/pp_$name.log"
-  "$@" >>"$OUT/pp_$name.log" 2>&1
+  timeout -k 10 "$RUN_TIMEOUT" "$@" >>"$OUT/pp_$name.log" 2>&1
   echo "   rc $?" | tee -a "$OUT/pp_$name.log"
   grep -E "error|watchdog|bubble" "$OUT/pp_$name.log" | head -4
   grep -E " iteration +[0-9]+/" "$OUT/pp_$name.log" | tail -1 | cut -c1-220
 }
 
-if [ "$WHAT" = all ] || [ "$WHAT" = 8b ]; then
-  run 8b_pp2 "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --pipeline-model-parallel-size 2 --profile-dir "$OUT/prof_pp2"
+if want 8b-pp; then
+  run 8b_pp2 "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --pipeline-model-parallel-size 2 --profile-dir "$PROF/prof_pp2"
   run 8b_pp2_v2 "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --pipeline-model-parallel-size 2 \
-    --num-layers-per-virtual-pipeline-stage 8 --profile-dir "$OUT/prof_pp2_v2"
+    --num-layers-per-virtual-pipeline-stage 8 --profile-dir "$PROF/prof_pp2_v2"
   run 8b_pp2_v4 "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --pipeline-model-parallel-size 2 \
-    --num-layers-per-virtual-pipeline-stage 4 --profile-dir "$OUT/prof_pp2_v4"
-  run 8b_tp2_sp "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --tensor-model-parallel-size 2 --sequence-parallel
-  run 8b_dp2 "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+    --num-layers-per-virtual-pipeline-stage 4 --profile-dir "$PROF/prof_pp2_v4"
 fi
-if [ "$WHAT" = all ] || [ "$WHAT" = gpt2 ]; then
+if want gpt2; then
   D=.deps/data
+  if [ ! -f "$D/fortunes_text_document.bin" ] && [ -f "$D/fortunes.jsonl" ]; then  # prepare_data.sh left it to us
+    build-gpu/tools/preprocess_data --input "$D/fortunes.jsonl" --output-prefix "$D/fortunes" --tokenizer-type \
+      GPT2BPETokenizer --vocab-file "$D/vocab.json" --merge-file "$D/merges.txt" --append-eod --workers 8 | tail -1
+  fi
   GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
         --micro-batch-size 8 --global-batch-size 32 --train-iters "$ITERS_GPT2" --bf16 --lr 6e-4 --min-lr 6e-5
         --lr-decay-style cosine --lr-warmup-iters 5 --weight-decay 0.1 --hidden-dropout 0 --attention-dropout 0
@@ -71,6 +80,12 @@ rel = [abs(a[i] - b[i]) / abs(a[i]) for i in common]
 print(f"GPT-2 tied, PP=2 vs one GPU: {len(common)} iterations, loss {a[common[0]]:.4f} -> {a[common[-1]]:.4f}; "
       f"max relative difference {max(rel):.2e} (iteration {common[rel.index(max(rel))]}), mean {sum(rel)/len(rel):.2e}")
 PY
+fi
+if want 8b-others; then
+  run 8b_tp2_sp "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --tensor-model-parallel-size 2 --sequence-parallel
+  run 8b_tp2_sp_overlap "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --tensor-model-parallel-size 2 --sequence-parallel \
+    --tp-comm-overlap
+  run 8b_dp2 "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
 fi
 
 echo

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# On nvidia-h200-x2, after build-gpu/tools/pretrain_gpt is built: context parallelism over both GPUs.
+#   8b      Llama-3-8B shape at seq SEQ_8B (default 32768), CP=2, mbs 1, GBS GBS_8B (default 4), distributed
+#           optimizer over DP x CP, with --cp-comm-type p2p (ring) and a2a. The recomputation is the least the
+#           memory planner (--dry-run) says fits 139 GiB: none, selective (mlp) or full; the run's log names it.
+# Each run's log is $OUT/cp_<name>.log; a table is printed last (MFU by Megatron's formula, attention included).
+#   scripts/gpu/cp_bench.sh [8b]   (ITERS_8B=4, RUN_TIMEOUT=s per run)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0   # never use NVLink multicast on shared machines
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+STAGES=" ${*:-8b} "
+ITERS_8B=${ITERS_8B:-4}
+SEQ_8B=${SEQ_8B:-32768}
+GBS_8B=${GBS_8B:-4}
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+GPU_GIB=${GPU_GIB:-139}
+BIN=build-gpu/tools/pretrain_gpt
+MPI=(mpirun -np 2 -x NCCL_NVLS_ENABLE -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM --bind-to none)
+LLAMA3_8B=(--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8
+           --ffn-hidden-size 14336 --seq-length "$SEQ_8B" --max-position-embeddings "$SEQ_8B" --vocab-size 128256
+           --rotary-base 500000 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear
+           --untie-embeddings-and-output-weights --micro-batch-size 1 --global-batch-size "$GBS_8B"
+           --train-iters "$ITERS_8B" --bf16 --mock-data --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine
+           --lr-warmup-iters 2 --hidden-dropout 0 --attention-dropout 0 --eval-iters 0 --device cuda --log-interval 1
+           --context-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce)
+
+# The least recomputation whose planned peak fits GPU_GIB (the planner runs on the host, in a second).
+pick_recompute() {  # pick_recompute <flags...>  -> prints the recompute flags
+  local option peak
+  for option in "" "--recompute-granularity selective --recompute-modules mlp" \
+                "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"; do
+    # shellcheck disable=SC2086
+    peak=$("$BIN" "$@" $option --dry-run --dry-run-world-size 2 2>&1 | grep -oE "predicted peak allocated: [0-9.]+" |
+           grep -oE "[0-9.]+$" | sort -n | tail -1)
+    if [ -n "$peak" ] && awk -v p="$peak" -v g="$GPU_GIB" 'BEGIN { exit !(p < g) }'; then
+      echo "$option"
+      return
+    fi
+  done
+  echo "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+}
+
+run() {  # run <name> <command...>
+  local name=$1
+  shift
+  echo "== $name: $*" | tee "$OUT/cp_$name.log"
+  timeout -k 10 "$RUN_TIMEOUT" "$@" >>"$OUT/cp_$name.log" 2>&1
+  echo "   rc $?" | tee -a "$OUT/cp_$name.log"
+  grep -E "error|watchdog|predicted" "$OUT/cp_$name.log" | head -4
+  grep -E " iteration +[0-9]+/" "$OUT/cp_$name.log" | tail -1 | cut -c1-220
+}
+
+if [[ $STAGES == *" 8b "* ]]; then
+  RECOMPUTE=$(pick_recompute "${LLAMA3_8B[@]}" --cp-comm-type p2p)
+  echo "seq $SEQ_8B at CP=2: recomputation '${RECOMPUTE:-none}' (the least that the planner fits in $GPU_GIB GiB)"
+  # shellcheck disable=SC2086
+  run 8b_p2p "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --cp-comm-type p2p $RECOMPUTE
+  # shellcheck disable=SC2086
+  run 8b_a2a "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --cp-comm-type a2a $RECOMPUTE
+fi
+
+echo
+echo "================ cp_bench summary (mean of the last 2 log lines; MFU against 989 TFLOP/s bf16) ================"
+for f in "$OUT"/cp_*.log; do
+  [ -f "$f" ] || continue
+  tfl=$(grep -E " iteration +[0-9]+/" "$f" | tail -2 | grep -oE "TFLOP/s/GPU\): [0-9.]+" | grep -oE "[0-9.]+$" |
+        awk '{s += $1; n++} END {if (n) printf "%.1f", s / n}')
+  tps=$(grep -E " iteration +[0-9]+/" "$f" | tail -2 | grep -oE "tokens per second per GPU: [0-9.]+" | grep -oE "[0-9.]+$" |
+        awk '{s += $1; n++} END {if (n) printf "%.0f", s / n}')
+  mfu=$(awk -v t="${tfl:-0}" 'BEGIN { printf "%.1f%%", 100 * t / 989 }')
+  peak=$(grep -oE "peak allocated [0-9.]+" "$f" | grep -oE "[0-9.]+" | sort -n | tail -1)
+  rec=$(grep -oE -- "--recompute-granularity [a-z]+" "$f" | head -1)
+  printf '%-8s seq %6s tok/s/GPU %7s  TFLOP/s/GPU %6s  MFU %6s  peak GiB %6s  %s\n' \
+    "$(basename "$f" .log | sed 's/^cp_//')" "$SEQ_8B" "${tps:--}" "${tfl:--}" "$mfu" "${peak:--}" "${rec:-no recompute}"
+done
+exit 0
