@@ -8,9 +8,12 @@
 #      micro-batches).
 #   2. GPT-2 124M shape with tied embeddings (the embedding-group all-reduce over NCCL) on real text
 #      (.deps/data, scripts/gpu/prepare_data.sh): PP=2 against one GPU, 50 iterations, losses compared.
+#   2b. (8b-balanced) the same three with the output layer's weight counted: the first stage takes 17 of the 32
+#      layers (the 128256-word output layer costs about 2.2 layers' FLOPs), by --decoder-first-pipeline-num-layers
+#      without interleaving and by --pipeline-model-parallel-layout with 2 and 4 chunks per rank.
 #   3. The same 8B shape at TP=2 + SP with --tp-comm-overlap (the collectives pipelined with the GEMMs), next
 #      to the TP=2 + SP row without it.
-#   scripts/gpu/pp_bench.sh [8b-pp|gpt2|8b-others|all]...   (stages run in the order given; ITERS_8B=5,
+#   scripts/gpu/pp_bench.sh [8b-pp|8b-balanced|gpt2|8b-others|all]...   (stages run in the order given; ITERS_8B=5,
 #   ITERS_GPT2=50; RUN_TIMEOUT=s bounds each run so a hang cannot eat the lease; PROF=dir keeps the Chrome
 #   traces out of $OUT)
 set -uo pipefail
@@ -51,6 +54,14 @@ if want 8b-pp; then
     --num-layers-per-virtual-pipeline-stage 8 --profile-dir "$PROF/prof_pp2_v2"
   run 8b_pp2_v4 "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --pipeline-model-parallel-size 2 \
     --num-layers-per-virtual-pipeline-stage 4 --profile-dir "$PROF/prof_pp2_v4"
+fi
+if want 8b-balanced; then
+  run 8b_pp2_bal "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --pipeline-model-parallel-size 2 \
+    --decoder-first-pipeline-num-layers 17 --profile-dir "$PROF/prof_pp2_bal"
+  run 8b_pp2_v2_bal "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --pipeline-model-parallel-size 2 \
+    --pipeline-model-parallel-layout "Et*9|t*8|t*8|t*7L" --profile-dir "$PROF/prof_pp2_v2_bal"
+  run 8b_pp2_v4_bal "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --pipeline-model-parallel-size 2 \
+    --pipeline-model-parallel-layout "Et*5|(t*4|)*6,t*3L" --profile-dir "$PROF/prof_pp2_v4_bal"
 fi
 if want gpt2; then
   D=.deps/data

@@ -166,6 +166,23 @@ TEST(Validate, PipelineFlagsResolveAndEveryPipelineRuleIsChecked) {
                {"--microbatch-group-size-per-virtual-pipeline-stage 9 must be in [pipeline size 2, micro-batches per iteration 8]"});
   expect_error([] { Arguments c = pipeline_args(5, {"--pipeline-model-parallel-size", "5"}); resolve_and_validate(c); },
                {"--num-layers 12 must be divisible by --pipeline-model-parallel-size 5"});
+  // --pipeline-model-parallel-layout sets the interleaving itself (4 stages over PP 2: 2 chunks per rank).
+  Arguments d = pipeline_args(2, {"--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Et*4|t*3|t*3|t*2L"});
+  resolve_and_validate(d);
+  EXPECT_EQ(d.parallel.virtual_pipeline_size, 2);
+  EXPECT_EQ(parallel::describe(parallel::split_layers(pipeline_split_config(d))), "rank 0: [0, 4) [7, 10); rank 1: [4, 7) [10, 12)");
+  expect_error([] { Arguments c = pipeline_args(2, {"--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout",
+                                                    "Et*6|t*6L", "--virtual-pipeline-model-parallel-size", "2"});
+                    resolve_and_validate(c); },
+               {"at most one of", "--pipeline-model-parallel-layout (the layout sets the interleaving itself)"});
+  expect_error([] { Arguments c = pipeline_args(2, {"--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout",
+                                                    "Et*6|t*5L"});
+                    resolve_and_validate(c); },
+               {"places 11 transformer layers ('t') but --num-layers is 12"});
+  expect_error([] { Arguments c = pipeline_args(2, {"--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout",
+                                                    "Et*6|t*6Q"});
+                    resolve_and_validate(c); },
+               {"unknown character 'Q'"});
 }
 
 // Context-parallel flags: the types (one, or one per layer; both spellings of all_gather), the hierarchical

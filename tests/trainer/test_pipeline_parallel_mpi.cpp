@@ -4,7 +4,7 @@
 //   PP=2 (tied GPT-2 style: the last stage's copy of the word embeddings summed over the embedding group),
 //   PP=4, interleaved PP=2 x 2 chunks (at PP = 2 the previous and the next rank are the same one: the case
 //   Megatron refuses without p2p overlap), interleaved PP=2 x 2 chunks without overlap, uneven first/last
-//   stages, PP=2 x TP=2 + SP, PP=2 x DP=2 with the distributed optimizer (the shared embedding's own bucket),
+//   stages, interleaved chunks of different sizes from --pipeline-model-parallel-layout, PP=2 x TP=2 + SP, PP=2 x DP=2 with the distributed optimizer (the shared embedding's own bucket),
 //   and PP=2 x TP=2 x DP=2, for a GPT-style and a Llama-style model. Ranks outside a layout's world wait.
 // The layouts compute the same function in another order (the gradient norm's squares summed per stage, the
 // tied embeddings' two gradient halves added after the backward), so they differ from one rank by rounding;
@@ -53,6 +53,8 @@ TEST(PipelineParallelTraining, EveryLayoutTrainsLikeOneRank) {
       {"PP=4 uneven (first 1, last 3)", 4, {.pipeline_model_parallel = 4},
        {"--pipeline-model-parallel-size", "4", "--decoder-first-pipeline-num-layers", "1",
         "--decoder-last-pipeline-num-layers", "3"}},
+      {"PP=2 interleaved x2, custom layout (3, 2 | 2, 1 layers)", 2, {.pipeline_model_parallel = 2},
+       {"--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Et*3|t*2|t*2|tL"}},
       {"PP=2 x TP=2 + SP", 4, {.tensor_model_parallel = 2, .pipeline_model_parallel = 2},
        {"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"}},
       {"PP=2 x DP=2, distributed optimizer", 4, {.pipeline_model_parallel = 2},

@@ -1,5 +1,8 @@
 #include "megatron/parallel/pipeline_split.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "megatron/core/error.h"
 
 namespace megatron::parallel {
@@ -76,6 +79,106 @@ PipelineSplit even_split(const PipelineSplitConfig& c, Violations& v) {
   return split;
 }
 
+// Expands a layout text's repeats: sequence := item*, item := atom ['*' count], atom := letter | '|' | '(' sequence ')'.
+// Megatron expands (...)*n and then x*n with two regular expressions; this grammar accepts the same texts and
+// nested parentheses besides.
+class LayoutExpander {
+ public:
+  explicit LayoutExpander(std::string text) : text_(std::move(text)) {}
+
+  std::string expand() {
+    std::string out = sequence();
+    if (pos_ < text_.size()) fail("')' without a matching '('");
+    return out;
+  }
+
+ private:
+  std::string sequence() {
+    std::string out;
+    while (pos_ < text_.size() && text_[pos_] != ')') out += repeated(atom());
+    return out;
+  }
+
+  std::string atom() {
+    const char c = text_[pos_];
+    if (c == '(') {
+      ++pos_;
+      std::string inner = sequence();
+      if (pos_ >= text_.size()) fail("'(' is never closed");
+      ++pos_;
+      return inner;
+    }
+    if (c == 'E' || c == 't' || c == 'L' || c == 'm' || c == '|') {
+      ++pos_;
+      return std::string(1, c);
+    }
+    fail(str_cat("unknown character '", c, "' (E embedding, t transformer layer, L output layer and loss, | between "
+                 "stages, x*n and (...)*n repeat, ',' is cosmetic)"));
+  }
+
+  std::string repeated(const std::string& item) {
+    if (pos_ >= text_.size() || text_[pos_] != '*') return item;
+    const size_t start = ++pos_;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    if (pos_ == start || pos_ - start > 6) fail("'*' needs a count of 1 to 6 digits");
+    const int count = std::stoi(text_.substr(start, pos_ - start));
+    std::string out;
+    for (int i = 0; i < count; ++i) out += item;
+    return out;
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(str_cat("--pipeline-model-parallel-layout \"", text_, "\": ", what, " at character ", pos_ + 1));
+  }
+
+  std::string text_;
+  size_t pos_ = 0;
+};
+
+// Megatron's custom layout: virtual stage s (chunk s / P of rank s % P) holds the transformer layers its text
+// names, numbered in stage order; the embedding opens the first stage and the loss closes the last.
+PipelineSplit layout_split(const PipelineSplitConfig& c, Violations& v) {
+  const int P = c.pipeline_size, V = c.virtual_size;
+  PipelineSplit split{std::vector<std::vector<ChunkLayers>>(size_t(P), std::vector<ChunkLayers>(size_t(V)))};
+  std::vector<std::string> stages;
+  try {
+    stages = parse_pipeline_layout(c.layout);
+  } catch (const Error& e) {
+    v.push_back(e.what());
+    return split;
+  }
+  const std::string flag = str_cat("--pipeline-model-parallel-layout \"", c.layout, "\"");
+  const int S = int(stages.size());
+  if (S % P != 0 || S / P != V) {
+    v.push_back(S % P != 0 ? str_cat(flag, " has ", S, " stages: not a multiple of --pipeline-model-parallel-size ", P)
+                           : str_cat(flag, " gives ", S / P, " model chunks per pipeline rank but the run has ", V,
+                                     " (the layout alone sets the interleaving)"));
+    return split;
+  }
+  std::string all;
+  for (const std::string& stage : stages) all += stage;
+  auto count = [&](char x) { return int(std::count(all.begin(), all.end(), x)); };
+  if (count('m') > 0) v.push_back(str_cat(flag, ": multi-token prediction layers ('m') are not supported"));
+  if (count('E') != 1 || stages.front().empty() || stages.front().front() != 'E')
+    v.push_back(str_cat(flag, ": the embedding 'E' must appear once, opening the first stage"));
+  if (count('L') != 1 || stages.back().empty() || stages.back().back() != 'L')
+    v.push_back(str_cat(flag, ": the loss 'L' must appear once, closing the last stage"));
+  if (count('t') != c.num_layers)
+    v.push_back(str_cat(flag, " places ", count('t'), " transformer layers ('t') but --num-layers is ", c.num_layers));
+  int offset = 0;
+  for (int s = 0; s < S; ++s) {
+    const int layers = int(std::count(stages[size_t(s)].begin(), stages[size_t(s)].end(), 't'));
+    split.chunks[size_t(s % P)][size_t(s / P)] = {offset, layers};
+    offset += layers;
+  }
+  return split;
+}
+
+PipelineSplit split_by_rule(const PipelineSplitConfig& c, Violations& v) {
+  if (!c.layout.empty()) return layout_split(c, v);
+  return uneven(c) ? uneven_split(c, v) : even_split(c, v);
+}
+
 // The virtual stages (chunk c of rank r is stage c * P + r) must hold consecutive layers covering [0, L).
 void check_tiling(const PipelineSplitConfig& c, const PipelineSplit& split, Violations& v) {
   int next = 0;
@@ -103,6 +206,9 @@ std::vector<std::string> pipeline_split_violations(const PipelineSplitConfig& c)
                         c.virtual_size, " chunks: all must be positive"));
     return v;
   }
+  if (!c.layout.empty() && (uneven(c) || c.account_for_embedding || c.account_for_loss))
+    v.push_back("--pipeline-model-parallel-layout places every layer itself: it cannot be combined with "
+                "--decoder-first/last-pipeline-num-layers or --account-for-embedding/loss-in-pipeline-split");
   if (uneven(c) && (c.account_for_embedding || c.account_for_loss))
     v.push_back("--decoder-first/last-pipeline-num-layers cannot be combined with --account-for-embedding-in-"
                 "pipeline-split or --account-for-loss-in-pipeline-split (Megatron's rule)");
@@ -112,7 +218,7 @@ std::vector<std::string> pipeline_split_violations(const PipelineSplitConfig& c)
                                     std::pair{c.last_stage_layers, "--decoder-last-pipeline-num-layers"}})
     if (count > c.num_layers) v.push_back(str_cat(flag, " ", count, " exceeds --num-layers ", c.num_layers));
   if (!v.empty()) return v;
-  const PipelineSplit split = uneven(c) ? uneven_split(c, v) : even_split(c, v);
+  const PipelineSplit split = split_by_rule(c, v);
   if (v.empty()) check_tiling(c, split, v);
   return v;
 }
@@ -125,7 +231,22 @@ PipelineSplit split_layers(const PipelineSplitConfig& c) {
     MEGATRON_FAIL(msg);
   }
   Violations unused;
-  return uneven(c) ? uneven_split(c, unused) : even_split(c, unused);
+  return split_by_rule(c, unused);
+}
+
+std::vector<std::string> parse_pipeline_layout(const std::string& text) {
+  std::string without_commas;
+  for (char ch : text)
+    if (ch != ',') without_commas += ch;
+  const std::string expanded = LayoutExpander(without_commas).expand();
+  std::vector<std::string> stages(1);
+  for (char ch : expanded) {
+    if (ch == '|')
+      stages.emplace_back();
+    else
+      stages.back() += ch;
+  }
+  return stages;
 }
 
 std::string describe(const PipelineSplit& split) {

@@ -7,7 +7,13 @@
 //                    fewer (the embedding counts as one), with --account-for-loss-in-pipeline-split the last
 //                    stage's last chunk likewise;
 //   uneven split:    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers fix the first / last
-//                    rank's layers, the others share the rest evenly (each rank's share again over V chunks).
+//                    rank's layers, the others share the rest evenly (each rank's share again over V chunks);
+//   custom layout:   --pipeline-model-parallel-layout lists every virtual stage's layers (Megatron's
+//                    PipelineParallelLayerLayout), e.g. "Et*9|t*8|t*8|t*7L": 'E' the embedding, 't' one
+//                    transformer layer, 'L' the output layer and loss, '|' between virtual stages, "x*n" and
+//                    "(...)*n" repeat, ',' is cosmetic. PP x V stages in virtual-stage order, so V = stages / PP.
+//                    It balances stages that the even rules cannot (the loss stage is heavier; with
+//                    interleaving, a first-stage count that V does not divide).
 // Model chunk c of pipeline rank r is virtual stage c * PP + r: virtual stages hold consecutive layers in that
 // order (with 8 layers, PP 2, V 2: rank 0 holds [0, 2) and [4, 6), rank 1 [2, 4) and [6, 8)).
 //
@@ -29,6 +35,7 @@ struct PipelineSplitConfig {
   int last_stage_layers = -1;
   bool account_for_embedding = false;
   bool account_for_loss = false;
+  std::string layout;             // --pipeline-model-parallel-layout; empty: not given
 };
 
 struct ChunkLayers {
@@ -40,6 +47,11 @@ struct ChunkLayers {
 struct PipelineSplit {
   std::vector<std::vector<ChunkLayers>> chunks;
 };
+
+// The virtual stages of a --pipeline-model-parallel-layout text, each as its layer letters with repeats
+// expanded ("Et*2|tL" -> {"Ett", "tL"}). A malformed text (unknown letter, unbalanced parentheses, a repeat
+// without a count) throws megatron::Error naming the position.
+std::vector<std::string> parse_pipeline_layout(const std::string& text);
 
 // Every violated constraint (empty when the split is valid), one sentence each naming the flags.
 std::vector<std::string> pipeline_split_violations(const PipelineSplitConfig& config);

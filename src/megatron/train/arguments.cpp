@@ -36,6 +36,14 @@ void resolve_pipeline(Arguments& a) {
   p.virtual_pipeline_size = 1;
   if (p.virtual_pipeline_model_parallel_size > 0) p.virtual_pipeline_size = p.virtual_pipeline_model_parallel_size;
   if (p.num_virtual_stages_per_pipeline_rank > 0) p.virtual_pipeline_size = p.num_virtual_stages_per_pipeline_rank;
+  if (!p.pipeline_model_parallel_layout.empty() && p.pipeline_model_parallel_size > 0) {
+    try {  // a malformed text is reported by the validation
+      const size_t stages = parallel::parse_pipeline_layout(p.pipeline_model_parallel_layout).size();
+      if (stages % size_t(p.pipeline_model_parallel_size) == 0)
+        p.virtual_pipeline_size = int(stages) / p.pipeline_model_parallel_size;
+    } catch (const Error&) {
+    }
+  }
   if (p.num_layers_per_virtual_pipeline_stage > 0 && p.pipeline_model_parallel_size > 0) {
     const int counted = a.model.num_layers + p.account_for_embedding_in_pipeline_split +
                         p.account_for_loss_in_pipeline_split;
@@ -206,9 +214,10 @@ void pipeline_violations(const Arguments& a, Violations& v) {
   const ParallelArguments& p = a.parallel;
   const int pp = p.pipeline_model_parallel_size, V = p.virtual_pipeline_size;
   const int given = (p.num_layers_per_virtual_pipeline_stage > 0) + (p.virtual_pipeline_model_parallel_size > 0) +
-                    (p.num_virtual_stages_per_pipeline_rank > 0);
+                    (p.num_virtual_stages_per_pipeline_rank > 0) + !p.pipeline_model_parallel_layout.empty();
   v.need(given <= 1, "give at most one of --num-layers-per-virtual-pipeline-stage, --virtual-pipeline-model-parallel-",
-         "size and --num-virtual-stages-per-pipeline-rank");
+         "size, --num-virtual-stages-per-pipeline-rank and --pipeline-model-parallel-layout (the layout sets the ",
+         "interleaving itself)");
   const bool uneven = p.decoder_first_pipeline_num_layers >= 0 || p.decoder_last_pipeline_num_layers >= 0;
   v.need(!(uneven && p.num_layers_per_virtual_pipeline_stage > 0), "with --decoder-first/last-pipeline-num-layers "
          "give the interleaving as --virtual-pipeline-model-parallel-size (or --num-virtual-stages-per-pipeline-rank), "
@@ -221,12 +230,7 @@ void pipeline_violations(const Arguments& a, Violations& v) {
   }
   if (pp <= 0 || a.model.num_layers <= 0 || given > 1) return;
   v.need(V == 1 || pp > 1, "the interleaved schedule (", V, " model chunks per rank) needs --pipeline-model-parallel-size > 1");
-  for (const std::string& s : parallel::pipeline_split_violations(
-           {.num_layers = a.model.num_layers, .pipeline_size = pp, .virtual_size = V,
-            .first_stage_layers = p.decoder_first_pipeline_num_layers, .last_stage_layers = p.decoder_last_pipeline_num_layers,
-            .account_for_embedding = p.account_for_embedding_in_pipeline_split,
-            .account_for_loss = p.account_for_loss_in_pipeline_split}))
-    v.need(false, s);
+  for (const std::string& s : parallel::pipeline_split_violations(pipeline_split_config(a))) v.need(false, s);
   if (V > 1) {
     const int M = a.num_micro_batches(), G = p.microbatch_group_size_per_virtual_pipeline_stage;
     v.need(G >= pp && G <= M, "--microbatch-group-size-per-virtual-pipeline-stage ", G, " must be in [pipeline size ", pp,
@@ -315,6 +319,18 @@ void resolve_and_validate(Arguments& args) {
   std::string text = str_cat("invalid configuration (", v.size(), v.size() == 1 ? " problem" : " problems", "):");
   for (const std::string& s : v) text += "\n  - " + s;
   throw Error(text);
+}
+
+parallel::PipelineSplitConfig pipeline_split_config(const Arguments& args) {
+  const ParallelArguments& p = args.parallel;
+  return {.num_layers = args.model.num_layers,
+          .pipeline_size = p.pipeline_model_parallel_size,
+          .virtual_size = p.virtual_pipeline_size,
+          .first_stage_layers = p.decoder_first_pipeline_num_layers,
+          .last_stage_layers = p.decoder_last_pipeline_num_layers,
+          .account_for_embedding = p.account_for_embedding_in_pipeline_split,
+          .account_for_loss = p.account_for_loss_in_pipeline_split,
+          .layout = p.pipeline_model_parallel_layout};
 }
 
 }  // namespace megatron::train

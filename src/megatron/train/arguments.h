@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "megatron/parallel/pipeline_split.h"
+
 namespace megatron::train {
 
 struct ModelArguments {
@@ -174,6 +176,7 @@ struct ParallelArguments {
   int decoder_last_pipeline_num_layers = -1;      // uneven split: layers of the last stage
   bool account_for_embedding_in_pipeline_split = false;  // the embedding counts as a layer of the first stage
   bool account_for_loss_in_pipeline_split = false;       // the loss counts as a layer of the last stage
+  std::string pipeline_model_parallel_layout;            // every virtual stage's layers ("Et*9|t*8|t*8|t*7L")
   int microbatch_group_size_per_virtual_pipeline_stage = 0;  // 0: the pipeline size (Megatron's default)
   bool no_overlap_p2p_communication = false;      // wait for each point-to-point batch where it is posted
 
@@ -230,5 +233,8 @@ std::vector<std::string> constraint_violations(const Arguments& args);
 
 // resolve() then throws megatron::Error listing every violation at once.
 void resolve_and_validate(Arguments& args);
+
+// The pipeline split the flags ask for (resolved arguments): which layers each model chunk holds.
+parallel::PipelineSplitConfig pipeline_split_config(const Arguments& args);
 
 }  // namespace megatron::train

@@ -357,6 +357,9 @@ std::vector<FlagSpec> parallel_flags() {
            "count the embedding as one layer of the first stage when splitting"),
       flag("--account-for-loss-in-pipeline-split", &A::parallel, &P::account_for_loss_in_pipeline_split,
            "count the output layer and loss as one layer of the last stage when splitting"),
+      flag("--pipeline-model-parallel-layout", &A::parallel, &P::pipeline_model_parallel_layout,
+           "every virtual stage's layers, stages in order, e.g. \"Et*9|t*8|t*8|t*7L\" (E embedding, t transformer "
+           "layer, L loss, | between stages, x*n and (...)*n repeat); PP x V stages set the interleaving"),
       flag("--microbatch-group-size-per-virtual-pipeline-stage", &A::parallel,
            &P::microbatch_group_size_per_virtual_pipeline_stage,
            "interleaved schedule: consecutive micro-batches per model chunk (default: the pipeline size)"),

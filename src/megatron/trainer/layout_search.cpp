@@ -29,6 +29,7 @@ bool candidate_args(const train::Arguments& base, int gpus, int tp, int pp, int 
   p.virtual_pipeline_model_parallel_size = 0;
   p.num_layers_per_virtual_pipeline_stage = 0;
   p.num_virtual_stages_per_pipeline_rank = 0;
+  p.pipeline_model_parallel_layout.clear();  // a layout is written for one pipeline size
   train::RecomputeArguments& r = out.recompute;
   r = {};
   if (recompute == "full") r = {.recompute_granularity = "full", .recompute_method = "uniform", .recompute_num_layers = 1};

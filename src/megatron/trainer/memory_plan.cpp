@@ -241,7 +241,7 @@ MemoryPlan plan_memory(const train::Arguments& a) {
     plan.notes.push_back("MoE layers are planned as dense layers: the experts' token counts depend on the routing");
   const Dims x = dims_of(a);
   const train::ParallelArguments& p = a.parallel;
-  const parallel::PipelineSplitConfig split_config = pipeline_split_config(a);
+  const parallel::PipelineSplitConfig split_config = train::pipeline_split_config(a);
   const parallel::PipelineSplit split = parallel::split_layers(split_config);
   const int P = split_config.pipeline_size, V = split_config.virtual_size;
   const int dp_cp = std::max(1, p.world_size / (p.tensor_model_parallel_size * P));

@@ -15,9 +15,6 @@
 
 namespace megatron::trainer {
 
-// The split the flags ask for (resolved arguments).
-parallel::PipelineSplitConfig pipeline_split_config(const train::Arguments& args);
-
 std::vector<std::unique_ptr<nn::GPTModel>> build_model_chunks(Context& ctx, const nn::TransformerConfig& config,
                                                               const parallel::TensorParallel& tp,
                                                               const parallel::ContextParallel& cp,

@@ -104,7 +104,7 @@ void report_parameters(const std::vector<nn::GPTModel*>& chunks, const train::Ar
   if (parallel.world_rank() != 0) return;
   if (parallel.pp_size() > 1)
     std::cout << "pipeline stages (layers per model chunk): "
-              << parallel::describe(parallel::split_layers(pipeline_split_config(args))) << "\n";
+              << parallel::describe(parallel::split_layers(train::pipeline_split_config(args))) << "\n";
   // Weights in the parameter dtype, fp32 main grads, fp32 master (unless fp32 params) and two moments (the
   // last two divided over DP by the distributed optimizer).
   const DType dtype = chunks.front()->config().params_dtype;

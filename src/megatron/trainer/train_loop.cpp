@@ -131,8 +131,9 @@ void TrainLoop::print_evaluation(const std::string& where, double loss) const {
 
 namespace {
 
-// The bubble of each recorded iteration on this rank: time in the schedule not spent in a forward or backward,
-// over the time spent in them (Megatron's definition, whose ideal is (p - 1) / (v * m)); the mean over iterations.
+// The bubble of each recorded iteration on this rank: time in the schedule (which, while profiling, lasts until
+// every stage has finished) not spent in a forward or backward, over the time spent in them (Megatron's
+// definition, whose ideal is (p - 1) / (v * m) on every stage); the mean over iterations.
 double measured_bubble(const std::vector<TimelineSpan>& spans) {
   std::map<int64_t, std::pair<double, double>> per_iteration;  // (schedule wall, compute)
   for (const TimelineSpan& s : spans) {
@@ -186,8 +187,8 @@ void TrainLoop::report_profile() {
   merge_traces(dir, world_.size());
   const int v = args_.parallel.virtual_pipeline_size, m = args_.num_micro_batches();
   std::cout << "pipeline bubble per stage over iterations " << t.profile_step_start << "-"
-            << std::min(t.profile_step_end - 1, t.train_iters) << " (time in the schedule outside forward/backward, "
-            << "over forward/backward time):";
+            << std::min(t.profile_step_end - 1, t.train_iters) << " (time from the schedule's start until every stage "
+            << "has finished, outside forward/backward, over forward/backward time):";
   for (int s = 0; s < pp; ++s) std::printf(" stage %d %.3f", s, bubbles[size_t(s)]);
   std::printf(" | ideal (p-1)/(v*m) = (%d-1)/(%d*%d) = %.3f\n", pp, v, m, double(pp - 1) / (double(v) * m));
   std::cout << "timeline (Chrome trace; chrome://tracing or ui.perfetto.dev): " << (dir / "trace.json").string() << "\n"

@@ -236,7 +236,16 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
                                             .virtual_size = int(chunks_.size())};
   const int group = args_.parallel.microbatch_group_size_per_virtual_pipeline_stage;
   TimelineScope span(forward_only ? nullptr : timeline_, "schedule", "schedule");
-  return pipeline::run_schedule(ctx_, pipeline::schedule_for(position, M, group, forward_only), run);
+  std::vector<Tensor> losses = pipeline::run_schedule(ctx_, pipeline::schedule_for(position, M, group, forward_only), run);
+  // While profiling, each stage's schedule span lasts until every stage has finished (a one-element
+  // all-reduce over the pipeline group on the stream), so the pipeline's drain counts as idle time on the
+  // stages that finish first, as in the bubble's definition (p - 1) / (v * m) per stage.
+  if (!forward_only && timeline_ && timeline_->recording() && parallel_->pp_size() > 1) {
+    Tensor flag = ctx_.empty({1}, DType::F32);
+    ops::fill(ctx_, flag, 0.0);
+    parallel_->pp().comm->all_reduce(flag, comm::ReduceOp::Sum, ctx_.stream());
+  }
+  return losses;
 }
 
 StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {

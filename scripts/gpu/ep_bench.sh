@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# On nvidia-h200-x2, after build-gpu/tools/pretrain_gpt is built: expert parallelism over both GPUs.
+#   mixtral  the one-GPU Mixtral-style model (16 layers, h 2048, GQA 16/8, 8 SwiGLU experts of 5632, top-2,
+#            alltoall dispatcher, seq 4096, mbs 2, GBS 32, distributed optimizer) at EP=1 (every GPU holds every
+#            expert; DP=2) and at EP=2 (each GPU holds 4 experts): the same per-GPU batch and the same samples,
+#            so tokens/s per GPU compare directly and the losses must agree to bf16 tolerance.
+#   large    16 experts of the same shape (9.1B parameters: more than one GPU holds with its optimizer state)
+#            at EP=2 with the distributed optimizer, mbs 2, GBS 32.
+# Logs in $OUT/ep_<name>.log; a table last (MFU by Megatron's MoE FLOPs formula).
+#   scripts/gpu/ep_bench.sh [mixtral] [large]   (ITERS=8, RUN_TIMEOUT=s per run)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0   # never use NVLink multicast on shared machines
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+STAGES=" ${*:-mixtral large} "
+ITERS=${ITERS:-8}
+RUN_TIMEOUT=${RUN_TIMEOUT:-120}
+BIN=build-gpu/tools/pretrain_gpt
+MPI=(mpirun -np 2 -x NCCL_NVLS_ENABLE -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM --bind-to none)
+MOE=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
+     --ffn-hidden-size 5632 --seq-length 4096 --max-position-embeddings 4096 --vocab-size 32000
+     --position-embedding-type rope --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights
+     --disable-bias-linear --moe-router-topk 2 --moe-ffn-hidden-size 5632 --moe-grouped-gemm
+     --moe-token-dispatcher-type alltoall --moe-aux-loss-coeff 1e-2 --moe-router-load-balancing-type aux_loss
+     --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --adam-beta2 0.95 --bf16
+     --mock-data --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-interval 100000 --eval-iters 0
+     --device cuda --micro-batch-size 2 --global-batch-size 32 --train-iters "$ITERS" --seed 1234
+     --use-distributed-optimizer --overlap-grad-reduce)
+
+run() {  # run <name> <command...>
+  local name=$1
+  shift
+  echo "== $name: $*" | tee "$OUT/ep_$name.log"
+  timeout -k 10 "$RUN_TIMEOUT" "$@" >>"$OUT/ep_$name.log" 2>&1
+  echo "   rc $?" | tee -a "$OUT/ep_$name.log"
+  grep -E "parameters:|error|watchdog" "$OUT/ep_$name.log" | head -3 | cut -c1-200
+  grep -E " iteration +[0-9]+/" "$OUT/ep_$name.log" | tail -1 | cut -c1-240
+}
+
+if [[ $STAGES == *" mixtral "* ]]; then
+  run mixtral_ep1 "${MPI[@]}" "$BIN" "${MOE[@]}" --num-experts 8
+  run mixtral_ep2 "${MPI[@]}" "$BIN" "${MOE[@]}" --num-experts 8 --expert-model-parallel-size 2
+  python3 - "$OUT/ep_mixtral_ep1.log" "$OUT/ep_mixtral_ep2.log" <<'PY' | tee "$OUT/ep_compare.txt"
+import re, sys
+def losses(path):
+    out = {}
+    for line in open(path):
+        m = re.search(r"iteration +(\d+)/.*lm loss: ([0-9.E+-]+)", line)
+        if m: out[int(m.group(1))] = float(m.group(2))
+    return out
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+common = sorted(set(a) & set(b))
+if common:
+    rel = [abs(a[i] - b[i]) / abs(a[i]) for i in common]
+    print(f"Mixtral-style, EP=2 vs EP=1 (DP=2 both): {len(common)} iterations, loss {a[common[0]]:.4f} -> "
+          f"{a[common[-1]]:.4f}; max relative difference {max(rel):.2e}, mean {sum(rel)/len(rel):.2e}")
+PY
+fi
+if [[ $STAGES == *" large "* ]]; then
+  run large16_ep2 "${MPI[@]}" "$BIN" "${MOE[@]}" --num-experts 16 --expert-model-parallel-size 2
+fi
+
+echo
+echo "================ ep_bench summary (mean of the last 3 log lines; MFU against 989 TFLOP/s bf16) ================"
+for f in "$OUT"/ep_*.log; do
+  [ -f "$f" ] || continue
+  tfl=$(grep -E " iteration +[0-9]+/" "$f" | tail -3 | grep -oE "TFLOP/s/GPU\): [0-9.]+" | grep -oE "[0-9.]+$" |
+        awk '{s += $1; n++} END {if (n) printf "%.1f", s / n}')
+  tps=$(grep -E " iteration +[0-9]+/" "$f" | tail -3 | grep -oE "tokens per second per GPU: [0-9.]+" | grep -oE "[0-9.]+$" |
+        awk '{s += $1; n++} END {if (n) printf "%.0f", s / n}')
+  mfu=$(awk -v t="${tfl:-0}" 'BEGIN { printf "%.1f%%", 100 * t / 989 }')
+  peak=$(grep -oE "peak allocated [0-9.]+" "$f" | grep -oE "[0-9.]+" | sort -n | tail -1)
+  params=$(grep -oE "parameters: [0-9]+" "$f" | head -1 | grep -oE "[0-9]+$")
+  printf '%-12s params %6s B  tok/s/GPU %7s  TFLOP/s/GPU %6s  MFU %6s  peak GiB %6s\n' "$(basename "$f" .log | sed 's/^ep_//')" \
+    "$(awk -v p="${params:-0}" 'BEGIN { printf "%.2f", p / 1e9 }')" "${tps:--}" "${tfl:--}" "$mfu" "${peak:--}"
+done
+[ -f "$OUT/ep_compare.txt" ] && cat "$OUT/ep_compare.txt"
+exit 0
