@@ -31,9 +31,17 @@ int64_t resolve_bucket_size(const DataParallelConfig& config, int dp_size) {
 
 DistributedDataParallel::DistributedDataParallel(Context& ctx, const nn::ParameterList& params,
                                                  comm::Communicator& dp_group, const DataParallelConfig& config,
-                                                 comm::Communicator* expert_dp_group)
+                                                 comm::Communicator* expert_dp_group,
+                                                 const std::vector<nn::ParameterList>& units)
     : dp_(dp_group), expert_dp_(expert_dp_group), config_(config),
-      bucket_size_(resolve_bucket_size(config, dp_group.size())) {
+      bucket_size_(config.fsdp ? 0 : resolve_bucket_size(config, dp_group.size())) {
+  MEGATRON_CHECK(!config_.fsdp || config_.use_distributed_optimizer, "DistributedDataParallel: FSDP shards the "
+                 "optimizer state (use_distributed_optimizer)");
+  MEGATRON_CHECK(config_.fsdp || (!config_.shard_grads && !config_.shard_params), "DistributedDataParallel: sharded "
+                 "gradients or parameters are FSDP's (DataParallelConfig::fsdp)");
+  std::unordered_map<const nn::Parameter*, int> unit_of;
+  for (size_t u = 0; u < units.size(); ++u)
+    for (const nn::Parameter* p : units[u]) unit_of.emplace(p, int(u));
   const std::array<const comm::Communicator*, 2> groups = {&dp_, expert_dp_};
   for (const comm::Communicator* group : groups)
     MEGATRON_CHECK(group == nullptr || group->device() == ctx.device(), "DistributedDataParallel: the ",
@@ -53,13 +61,25 @@ DistributedDataParallel::DistributedDataParallel(Context& ctx, const nn::Paramet
   buffers_.reserve(order.size());
   for (const auto& kind : order) {
     comm::Communicator* group = kind.first ? expert_dp_ : &dp_;
-    buffers_.emplace_back(ctx, by_kind[kind], bucket_size_, group->size(), config_.use_distributed_optimizer);
+    std::vector<int> unit_of_param;
+    if (config_.fsdp)
+      for (const nn::Parameter* p : by_kind[kind]) {
+        auto it = unit_of.find(p);
+        MEGATRON_CHECK(it != unit_of.end(), "DistributedDataParallel: FSDP needs every parameter in a unit; ", p->name,
+                       " is in none");
+        unit_of_param.push_back(it->second);
+      }
+    buffers_.emplace_back(ctx, by_kind[kind], bucket_size_, group->size(), config_.use_distributed_optimizer,
+                          BufferSharding{.grads = config_.shard_grads, .params = config_.shard_params}, group->rank(),
+                          unit_of_param);
     groups_.push_back(group);
     expert_.push_back(kind.first);
   }
-  for (size_t b = 0; b < buffers_.size(); ++b)
+  for (size_t b = 0; b < buffers_.size(); ++b) {
     for (const BufferLayout::Entry& e : buffers_[b].layout().entries)
       location_[buffers_[b].params()[e.param]] = Where{b, e.bucket, location_.size()};
+    in_use_.emplace_back(buffers_[b].layout().buckets.size());
+  }
   reset_counts();
 #if MEGATRON_WITH_CUDA
   if (ctx.is_cuda() && config_.overlap_grad_reduce) streams_ = std::make_unique<Streams>();
@@ -97,6 +117,7 @@ void DistributedDataParallel::zero_grads(Context& ctx) {
 }
 
 void DistributedDataParallel::on_grads_final(Context& ctx, const nn::ParameterList& params) {
+  if (config_.shard_grads) return;  // every backward reduced its buckets already (end_grads)
   for (const nn::Parameter* p : params) {
     auto it = location_.find(p);
     MEGATRON_CHECK(it != location_.end(), "DistributedDataParallel: parameter ", p->name, " is not in its buffers");
@@ -114,14 +135,7 @@ void DistributedDataParallel::start_bucket(Context& ctx, size_t b, size_t k) {
   ParamAndGradBuffer& buffer = buffers_[b];
   comm::Communicator& group = *groups_[b];
   const Tensor grads = buffer.bucket_grads(k);
-  // Expert buckets: sum over expert-DP of grads / |dp| (the header); Avg is that when the sizes agree.
-  comm::ReduceOp op = comm::ReduceOp::Avg;
-  if (config_.grads_prescaled) {
-    op = comm::ReduceOp::Sum;
-  } else if (expert_[b] && group.size() != dp_.size()) {
-    ops::scale(ctx, grads, grads, 1.0 / double(dp_.size()));
-    op = comm::ReduceOp::Sum;
-  }
+  const comm::ReduceOp op = reduce_op(ctx, b, grads);
   StreamHandle stream = ctx.stream();
 #if MEGATRON_WITH_CUDA
   if (streams_) {  // overlap: the communication stream picks up once backward has written the bucket
@@ -139,9 +153,19 @@ void DistributedDataParallel::start_bucket(Context& ctx, size_t b, size_t k) {
   }
 }
 
+comm::ReduceOp DistributedDataParallel::reduce_op(Context& ctx, size_t b, const Tensor& grads) {
+  // Expert buckets: sum over expert-DP of grads / |dp| (the header); Avg is that when the sizes agree.
+  if (config_.grads_prescaled) return comm::ReduceOp::Sum;
+  if (expert_[b] && groups_[b]->size() != dp_.size()) {
+    ops::scale(ctx, grads, grads, 1.0 / double(dp_.size()));
+    return comm::ReduceOp::Sum;
+  }
+  return comm::ReduceOp::Avg;
+}
+
 void DistributedDataParallel::finish_grad_sync(Context& ctx) {
   for (size_t b = 0; b < buffers_.size(); ++b)
-    for (size_t k = 0; k < started_[b].size(); ++k) start_bucket(ctx, b, k);
+    for (size_t k = 0; k < started_[b].size() && !config_.shard_grads; ++k) start_bucket(ctx, b, k);
 #if MEGATRON_WITH_CUDA
   if (streams_ && streams_->used) {
     streams_->done.record(streams_->comm.get());
@@ -150,6 +174,110 @@ void DistributedDataParallel::finish_grad_sync(Context& ctx) {
   }
 #endif
   reset_counts();
+}
+
+std::vector<std::pair<size_t, size_t>> DistributedDataParallel::buckets_of(const nn::ParameterList& params) const {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const nn::Parameter* p : params) {
+    const std::pair<size_t, size_t> where = location(p);
+    if (std::find(out.begin(), out.end(), where) == out.end()) out.push_back(where);
+  }
+  return out;
+}
+
+void DistributedDataParallel::acquire_params(Context& ctx, const nn::ParameterList& params) {
+  for (auto [b, k] : buckets_of(params)) {
+    ParamAndGradBuffer& buffer = buffers_[b];
+    InUse& use = in_use_[b][k];
+    if (!buffer.sharding().params || use.value_users++ > 0) continue;
+    use.values = ctx.empty(Shape{buffer.layout().buckets[k].numel}, buffer.param_dtype());
+    groups_[b]->all_gather(use.values, buffer.value_shard(k), ctx.stream());
+    buffer.bind_values(k, use.values);
+  }
+}
+
+void DistributedDataParallel::release_params(Context&, const nn::ParameterList& params) {
+  for (auto [b, k] : buckets_of(params)) {
+    ParamAndGradBuffer& buffer = buffers_[b];
+    InUse& use = in_use_[b][k];
+    if (!buffer.sharding().params) continue;
+    MEGATRON_CHECK(use.value_users > 0, "DistributedDataParallel: bucket ", k, " of buffer ", b,
+                   " released more often than acquired");
+    if (--use.value_users > 0) continue;
+    buffer.unbind_values(k);
+    use.values = Tensor();  // back to the allocator, in stream order
+  }
+}
+
+void DistributedDataParallel::begin_grads(Context& ctx, const nn::ParameterList& params) {
+  for (auto [b, k] : buckets_of(params)) {
+    ParamAndGradBuffer& buffer = buffers_[b];
+    InUse& use = in_use_[b][k];
+    if (!buffer.sharding().grads || use.grad_users++ > 0) continue;
+    use.grads = ctx.empty(Shape{buffer.layout().buckets[k].numel}, nn::main_grad_dtype(buffer.param_dtype()));
+    ops::fill(ctx, use.grads, 0.0);
+    buffer.bind_grads(k, use.grads);
+  }
+}
+
+void DistributedDataParallel::end_grads(Context& ctx, const nn::ParameterList& params) {
+  for (auto [b, k] : buckets_of(params)) {
+    ParamAndGradBuffer& buffer = buffers_[b];
+    InUse& use = in_use_[b][k];
+    if (!buffer.sharding().grads) continue;
+    MEGATRON_CHECK(use.grad_users > 0, "DistributedDataParallel: bucket ", k, " of buffer ", b,
+                   " ended its gradients more often than it began them");
+    if (--use.grad_users > 0) continue;
+    // This micro-batch's gradients of the bucket, reduce-scattered in place (into this rank's chunk of the
+    // whole bucket) and added to the shard where earlier micro-batches' already are.
+    comm::Communicator& group = *groups_[b];
+    const int64_t n = use.grads.numel() / group.size();
+    const Tensor reduced = use.grads.slice(group.rank() * n, (group.rank() + 1) * n);
+    group.reduce_scatter(reduced, use.grads, reduce_op(ctx, b, use.grads), ctx.stream());
+    const Tensor shard = buffer.grad_shard(k);
+    ops::add(ctx, shard, shard, reduced);
+    buffer.unbind_grads(k);
+    use.grads = Tensor();
+  }
+}
+
+void DistributedDataParallel::acquire_all_params(Context& ctx) {
+  for (const ParamAndGradBuffer& buffer : buffers_) acquire_params(ctx, buffer.params());
+}
+
+void DistributedDataParallel::store_params(Context& ctx) {
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    ParamAndGradBuffer& buffer = buffers_[b];
+    if (!buffer.sharding().params) continue;
+    for (size_t k = 0; k < buffer.layout().buckets.size(); ++k) {
+      const InUse& use = in_use_[b][k];
+      MEGATRON_CHECK(use.value_users > 0, "DistributedDataParallel::store_params: bucket ", k, " of buffer ", b,
+                     " is not acquired (acquire_all_params first)");
+      auto [s0, s1] = buffer.shard(k, groups_[b]->rank());
+      const int64_t base = buffer.layout().buckets[k].offset;
+      ops::copy(ctx, buffer.value_shard(k), use.values.slice(s0 - base, s1 - base));
+    }
+  }
+}
+
+void DistributedDataParallel::release_all_params(Context& ctx) {
+  for (const ParamAndGradBuffer& buffer : buffers_) release_params(ctx, buffer.params());
+}
+
+Tensor DistributedDataParallel::held_grad(const nn::Parameter* p) const {
+  if (!config_.shard_grads) return p->main_grad;
+  auto it = location_.find(p);
+  MEGATRON_CHECK(it != location_.end(), "DistributedDataParallel: parameter ", p->name, " is not in its buffers");
+  const ParamAndGradBuffer& buffer = buffers_[it->second.buffer];
+  const size_t k = it->second.bucket;
+  for (const size_t i : buffer.layout().buckets[k].entries) {
+    const BufferLayout::Entry& e = buffer.layout().entries[i];
+    if (buffer.params()[e.param] != p) continue;
+    auto [s0, s1] = buffer.shard(k, groups_[it->second.buffer]->rank());
+    const int64_t lo = std::max(e.offset, s0), hi = std::min(e.offset + e.numel, s1);
+    return lo < hi ? buffer.grads_range(lo, hi) : buffer.grads_range(s0, s0);
+  }
+  MEGATRON_FAIL("DistributedDataParallel: ", p->name, " is not in its bucket");
 }
 
 }  // namespace megatron::distributed

@@ -30,6 +30,21 @@
 //
 // Bucket size: --ddp-bucket-size elements; 0 = Megatron's default max(40M, 1M x DP) with overlap, one
 // bucket per buffer without overlap.
+//
+// Megatron FSDP (--use-megatron-fsdp; DataParallelConfig::fsdp): one bucket per unit -- the parameter lists
+// given as `units`, the groups a model uses together (GPTModel::parameter_groups: the embedding, each layer, the
+// output head) -- and, by --data-parallel-sharding-strategy, only this rank's shard persists of each bucket's
+// gradients (optim_grads) and also of its values (optim_grads_params); param_and_grad_buffer.h. Around each use
+// of a unit (the model's ParamHooks, every forward and backward):
+//   acquire_params(params)   all-gathers the buckets holding `params` from their shards (sharded values; a
+//                            bucket already in use is only counted), and binds the Parameters' values to them;
+//   release_params(params)   drops a bucket when its last user releases it;
+//   begin_grads(params)      a zeroed whole gradient bucket for a backward to accumulate into (sharded gradients);
+//   end_grads(params)        once its last user is done, reduce-scatters it into this rank's shard (+=) and drops it.
+// So each micro-batch's backward reduces its gradients unit by unit (Megatron FSDP's per-micro-batch
+// reduce-scatter) and finish_grad_sync() has nothing left to start. acquire_all_params / store_params /
+// release_all_params serve checkpoints (the whole model bound, loaded values written back to the shards).
+// All FSDP communication is queued on ctx's stream.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +66,9 @@ struct DataParallelConfig {
   // quantisation of them needs): the reductions then sum (dense and expert buckets alike), and the results are
   // those described above.
   bool grads_prescaled = false;
+  bool fsdp = false;          // one bucket per unit (see above); needs use_distributed_optimizer
+  bool shard_grads = false;   // FSDP optim_grads and optim_grads_params
+  bool shard_params = false;  // FSDP optim_grads_params
 };
 
 // The bucket size Megatron would use.
@@ -61,8 +79,11 @@ class DistributedDataParallel {
   // Rebinds the params' main_grads (and values, with the distributed optimizer) into buffers; the
   // communicators must outlive this object. dp_group: the dense gradients' group (DP x CP); expert_dp_group:
   // the expert parameters' (ParallelContext::expert_dp()); null refuses expert parameters.
+  // units (FSDP): the parameter lists whose parameters share buckets; every parameter in at least one (the first
+  // one it appears in places it).
   DistributedDataParallel(Context& ctx, const nn::ParameterList& params, comm::Communicator& dp_group,
-                          const DataParallelConfig& config, comm::Communicator* expert_dp_group = nullptr);
+                          const DataParallelConfig& config, comm::Communicator* expert_dp_group = nullptr,
+                          const std::vector<nn::ParameterList>& units = {});
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
@@ -70,6 +91,20 @@ class DistributedDataParallel {
   void zero_grads(Context& ctx);
   void on_grads_final(Context& ctx, const nn::ParameterList& params);
   void finish_grad_sync(Context& ctx);
+
+  // FSDP around each use of a unit (see above); no-ops for what persists whole.
+  void acquire_params(Context& ctx, const nn::ParameterList& params);
+  void release_params(Context& ctx, const nn::ParameterList& params);
+  void begin_grads(Context& ctx, const nn::ParameterList& params);
+  void end_grads(Context& ctx, const nn::ParameterList& params);
+  // Checkpoints with sharded values: every bucket acquired (a save or a load reads or writes the Parameters),
+  // the loaded values written back to this rank's shards, and everything released again.
+  void acquire_all_params(Context& ctx);
+  void store_params(Context& ctx);
+  void release_all_params(Context& ctx);
+  // The elements of p's gradient this rank holds once reduced: main_grad, or with sharded gradients the part of
+  // p inside this rank's shard (possibly empty).
+  Tensor held_grad(const nn::Parameter* p) const;
 
   const DataParallelConfig& config() const { return config_; }
   int64_t bucket_size() const { return bucket_size_; }
@@ -87,6 +122,10 @@ class DistributedDataParallel {
  private:
   void start_bucket(Context& ctx, size_t buffer, size_t bucket);
   void reset_counts();
+  // The reduction of bucket k of buffer b (Avg, or Sum after scaling; see above), scaling `grads` if needed.
+  comm::ReduceOp reduce_op(Context& ctx, size_t b, const Tensor& grads);
+  // The (buffer, bucket) pairs holding `params`, each once.
+  std::vector<std::pair<size_t, size_t>> buckets_of(const nn::ParameterList& params) const;
 
   comm::Communicator& dp_;
   comm::Communicator* expert_dp_;
@@ -102,6 +141,11 @@ class DistributedDataParallel {
   std::vector<bool> final_;                  // per parameter: reported final this iteration
   std::vector<std::vector<int>> remaining_;  // per buffer, per bucket: parameters not final yet
   std::vector<std::vector<bool>> started_;
+  struct InUse {  // FSDP: a bucket's whole tensors while in use, and their users
+    Tensor values, grads;
+    int value_users = 0, grad_users = 0;
+  };
+  std::vector<std::vector<InUse>> in_use_;  // per buffer, per bucket
   struct Streams;  // CUDA stream and events (CUDA builds)
   std::unique_ptr<Streams> streams_;
 };
