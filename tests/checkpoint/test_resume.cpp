@@ -593,6 +593,48 @@ TEST(Resume, PretrainGptContextParallelSavesLoadAtCp1AndBack) {
   EXPECT_NE(text.find("resuming at iteration 9"), std::string::npos);
 }
 
+TEST(Resume, PretrainGptFsdpCheckpointsCrossWithTheDistributedOptimizer) {
+  // FSDP with sharded parameters (two ranks, dropout on, asynchronous saves) saves at iteration 4 and exits;
+  // resumed under FSDP it continues bit for bit; the distributed optimizer (size buckets, whole parameters)
+  // loads the same checkpoint and continues with the same losses and gradient norms (within 1e-5: the
+  // gradients are summed per micro-batch and module group there, once per bucket here), and its own
+  // checkpoint loads under FSDP optim_grads again. The layout is the distributed optimizer's: the optimizer
+  // state saved as ranges of each parameter, whatever buckets held them.
+  fs::path dir = testing::make_temp_dir("resume_binary_fsdp");
+  std::string flags;
+  for (const std::string& s : base_flags(8)) flags += s + " ";
+  flags += "--device cpu --log-interval 1 --data-path " + write_dataset(dir) + " --split 90,5,5 --vocab-size 512 " +
+           "--data-cache-path " + (dir / "cache").string();
+  const std::string two = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + MPIEXEC +
+                          " --oversubscribe -np 2 ";
+  const std::string fsdp = " --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params";
+  const std::string dist = " --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 4000";
+  auto full = run_pretrain(flags + fsdp, dir / "full.log", two);
+  ASSERT_EQ(full.size(), 8u);
+  const std::string ckpt = (dir / "ckpt").string(), ckpt_dist = (dir / "ckpt_dist").string();
+  auto first = run_pretrain(flags + fsdp + " --save " + ckpt + " --save-interval 4 --exit-interval 4 --async-save",
+                            dir / "first.log", two);
+  EXPECT_EQ(first.size(), 4u);
+  auto resumed = run_pretrain(flags + fsdp + " --load " + ckpt, dir / "resumed.log", two);
+  ASSERT_EQ(resumed.size(), 4u) << "iterations 5..8 under FSDP";
+  for (int64_t it = 5; it <= 8; ++it) EXPECT_EQ(resumed[it], full[it]) << "iteration " << it;
+  auto crossed = run_pretrain(flags + dist + " --load " + ckpt + " --save " + ckpt_dist + " --save-interval 6 " +
+                              "--exit-interval 6", dir / "crossed.log", two);
+  ASSERT_EQ(crossed.size(), 2u) << "iterations 5..6 with the distributed optimizer";
+  for (int64_t it = 5; it <= 6; ++it) {
+    const double want = logged(full[it], "lm loss"), got = logged(crossed[it], "lm loss");
+    EXPECT_LE(std::fabs(got - want), 1e-5 * std::fabs(want)) << "iteration " << it << ": " << crossed[it] << " vs " << full[it];
+    EXPECT_NEAR(logged(crossed[it], "grad norm"), logged(full[it], "grad norm"), 1.01e-3) << "iteration " << it;
+  }
+  auto back = run_pretrain(flags + " --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads --load " +
+                               ckpt_dist, dir / "back.log", two);
+  ASSERT_EQ(back.size(), 2u) << "iterations 7..8 under FSDP optim_grads";
+  for (int64_t it = 7; it <= 8; ++it) {
+    const double want = logged(full[it], "lm loss"), got = logged(back[it], "lm loss");
+    EXPECT_LE(std::fabs(got - want), 1e-5 * std::fabs(want)) << "iteration " << it << ": " << back[it] << " vs " << full[it];
+  }
+}
+
 TEST(Resume, PretrainGptExpertParallelSavesAtEp4AndContinuesAtEp2) {
   // An MoE GPT (4 experts, top-2, the switch loss and the z-loss on) on four ranks at EP=4 (the experts folded
   // over DP=4, distributed optimizer) saves at iteration 4 and exits; the same four ranks at EP=2 load it and

@@ -28,6 +28,15 @@ int Arguments::padded_vocab_size() const {
   return (model.vocab_size + multiple - 1) / multiple * multiple;
 }
 
+bool Arguments::fsdp_shards_grads() const {
+  return parallel.use_megatron_fsdp && (parallel.data_parallel_sharding_strategy == "optim_grads" ||
+                                        parallel.data_parallel_sharding_strategy == "optim_grads_params");
+}
+
+bool Arguments::fsdp_shards_params() const {
+  return parallel.use_megatron_fsdp && parallel.data_parallel_sharding_strategy == "optim_grads_params";
+}
+
 namespace {
 
 // The model chunks per pipeline rank from whichever virtual-pipeline flag is given, and the micro-batch group.
@@ -80,6 +89,9 @@ void resolve(Arguments& a) {
     a.parallel.tp_comm_overlap = false;
   }
   resolve_pipeline(a);
+  // Megatron FSDP shards the optimizer state under every strategy but no_shard.
+  if (a.parallel.use_megatron_fsdp && a.parallel.data_parallel_sharding_strategy != "no_shard")
+    a.parallel.use_distributed_optimizer = true;
   MoeArguments& e = a.moe;
   if (e.num_experts > 0 && e.moe_ffn_hidden_size == 0) e.moe_ffn_hidden_size = m.ffn_hidden_size;
   if (a.parallel.expert_tensor_parallel_size == 0)
@@ -203,6 +215,11 @@ void parallel_violations(const Arguments& a, Violations& v) {
   }
   if (p.overlap_param_gather)
     v.need(p.use_distributed_optimizer, "--overlap-param-gather needs --use-distributed-optimizer");
+  // FSDP's sharded parameters exist whole only around their module's forward and backward; the expert bias is
+  // changed after the step, outside those windows.
+  v.need(!a.fsdp_shards_params() || !a.moe.moe_router_enable_expert_bias, "--data-parallel-sharding-strategy ",
+         "optim_grads_params keeps only shards of the parameters between their uses; --moe-router-enable-expert-bias ",
+         "updates the router bias outside them (not supported together: use optim_grads)");
   v.need(p.distributed_timeout_minutes > 0, "--distributed-timeout-minutes must be positive (got ",
          p.distributed_timeout_minutes, ")");
   v.need(p.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0 (got ", p.ddp_bucket_size, ")");

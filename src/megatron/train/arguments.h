@@ -160,6 +160,10 @@ struct ParallelArguments {
   bool disable_tp_comm_split_rs = false;
   bool tp_comm_overlap_rs_dgrad = false;
   bool use_distributed_optimizer = false;
+  // Megatron FSDP: module-group buckets, and what of them persists only as 1/DP shards (Megatron's default
+  // strategy; with --use-megatron-fsdp every strategy but no_shard implies the distributed optimizer).
+  bool use_megatron_fsdp = false;
+  std::string data_parallel_sharding_strategy = "optim_grads_params";
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   double distributed_timeout_minutes = 10;  // a collective waiting longer ends the run (fractions allowed)
@@ -220,6 +224,9 @@ struct Arguments {
 
   int data_parallel_size() const;
   int padded_vocab_size() const;  // vocab_size rounded up to make_vocab_size_divisible_by * TP
+  // --use-megatron-fsdp's --data-parallel-sharding-strategy: gradients / parameters persist only as shards.
+  bool fsdp_shards_grads() const;
+  bool fsdp_shards_params() const;
   int num_micro_batches() const;  // per iteration on each data-parallel rank: GBS / (MBS x DP)
 };
 

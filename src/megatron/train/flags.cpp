@@ -381,6 +381,14 @@ std::vector<FlagSpec> parallel_flags() {
            "with TP > 1: norms, dropout and the residual stream hold 1/TP of the tokens (all-gather before, "
            "reduce-scatter after the parallel layers); ignored at TP 1, as in Megatron"),
       flag("--use-distributed-optimizer", &A::parallel, &P::use_distributed_optimizer, "shard optimizer state over DP"),
+      flag("--use-megatron-fsdp", &A::parallel, &P::use_megatron_fsdp,
+           "Megatron FSDP: gradient buckets per module group (embedding, each layer, output head), sharded over DP "
+           "as --data-parallel-sharding-strategy says (the distributed optimizer's checkpoint layout)"),
+      flag("--data-parallel-sharding-strategy", &A::parallel, &P::data_parallel_sharding_strategy,
+           "with --use-megatron-fsdp, what persists only as 1/DP shards: no_shard (nothing), optim (the optimizer "
+           "state), optim_grads (and the gradients, reduce-scattered per module group in every backward), "
+           "optim_grads_params (and the parameters, all-gathered per module group around each use)",
+           {"no_shard", "optim", "optim_grads", "optim_grads_params"}),
       flag("--tp-comm-overlap", &A::parallel, &P::tp_comm_overlap,
            "with --sequence-parallel: pipeline the TP all-gathers and reduce-scatters with the GEMMs, chunk by chunk"),
       flag("--tp-comm-overlap-rs-dgrad", &A::parallel, &P::tp_comm_overlap_rs_dgrad,

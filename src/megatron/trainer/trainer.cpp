@@ -69,12 +69,21 @@ void Trainer::setup() {
   num_micro_batches_ = int(t.global_batch_size / (int64_t(t.micro_batch_size) * dp));
 
   // The gradient buffers first: they rebind the parameters the optimizer then refers to.
+  // Megatron FSDP (no_shard is plain DDP): a bucket per module group, sharded by the strategy.
+  const bool fsdp = p.use_megatron_fsdp && p.data_parallel_sharding_strategy != "no_shard";
   distributed::DataParallelConfig ddp_config{.overlap_grad_reduce = p.overlap_grad_reduce,
                                           .use_distributed_optimizer = p.use_distributed_optimizer,
                                           .bucket_size = p.ddp_bucket_size,
-                                          .grads_prescaled = true};
+                                          .grads_prescaled = true,
+                                          .fsdp = fsdp,
+                                          .shard_grads = args_.fsdp_shards_grads(),
+                                          .shard_params = args_.fsdp_shards_params()};
+  std::vector<nn::ParameterList> units;
+  if (fsdp)
+    for (nn::GPTModel* chunk : chunks_)
+      for (nn::ParameterList& group : chunk->parameter_groups()) units.push_back(std::move(group));
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(ctx_, parameters(), *parallel_->dp_cp().comm, ddp_config,
-                                                                parallel_->expert_dp().comm.get());
+                                                                parallel_->expert_dp().comm.get(), units);
   {  // every rank must join the expert norm reductions when any rank (pipeline stage) holds experts
     const nn::ParameterList params = parameters();
     double any[1] = {std::any_of(params.begin(), params.end(), [](auto* q) { return q->placement.expert; }) ? 1.0 : 0.0};
@@ -225,6 +234,20 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
       .hooks = {},
       .p2p = p2p_.get(),
       .timeline = timeline_};
+  const distributed::DataParallelConfig& dp_config = ddp_->config();
+  if (dp_config.shard_params || dp_config.shard_grads) {  // FSDP: gather and reduce around every use
+    nn::ParamHooks& every = run.hooks.every_pass;
+    every.before_forward = [this](const nn::ParameterList& l) { ddp_->acquire_params(ctx_, l); };
+    every.after_forward = [this](const nn::ParameterList& l) { ddp_->release_params(ctx_, l); };
+    every.before_backward = [this](const nn::ParameterList& l) {
+      ddp_->acquire_params(ctx_, l);
+      ddp_->begin_grads(ctx_, l);
+    };
+    every.after_backward = [this](const nn::ParameterList& l) {
+      ddp_->end_grads(ctx_, l);
+      ddp_->release_params(ctx_, l);
+    };
+  }
   if (!forward_only) {
     if (dist_optimizer_ && args_.parallel.overlap_param_gather)  // wait for each bucket's all-gather before its first use
       run.hooks.before_first_forward = [this](const nn::ParameterList& l) { dist_optimizer_->wait_for_params(ctx_, l); };
@@ -310,6 +333,16 @@ double Trainer::agree_on_loss(double last_stage_value) {
 
 void Trainer::finish_param_gather() {
   if (dist_optimizer_) dist_optimizer_->finish_param_gather(ctx_);
+}
+
+void Trainer::acquire_params_for_checkpoint() {
+  finish_param_gather();
+  ddp_->acquire_all_params(ctx_);
+}
+
+void Trainer::release_params_after_checkpoint(bool loaded) {
+  if (loaded) ddp_->store_params(ctx_);
+  ddp_->release_all_params(ctx_);
 }
 
 double Trainer::evaluate(SampleStream& data) {

@@ -90,6 +90,11 @@ class Trainer {
   // Makes ctx's stream wait for the parameter all-gathers still in flight (--overlap-param-gather), as
   // evaluation does; a checkpoint snapshot reads the parameters.
   void finish_param_gather();
+  // Around a checkpoint save or load, which read or write every Parameter: the gathers above finished and, with
+  // FSDP's sharded parameters, the whole model gathered; after it released again (after a load, `loaded`: the
+  // loaded values written back to this rank's shards first).
+  void acquire_params_for_checkpoint();
+  void release_params_after_checkpoint(bool loaded);
   optim::OptimizerParamScheduler& mutable_scheduler() { return scheduler_; }
   optim::LossScaler* mutable_loss_scaler() { return scaler_.get(); }
   const parallel::ParallelContext& parallel() const { return *parallel_; }
