@@ -8,20 +8,10 @@
 
 #if MEGATRON_WITH_CUDA
 #include "megatron/core/cuda_check.h"
-#include "megatron/runtime/cuda_stream.h"
 #endif
+#include "megatron/distributed/data_parallel_streams.h"
 
 namespace megatron::distributed {
-
-#if MEGATRON_WITH_CUDA
-struct DistributedDataParallel::Streams {
-  CudaStream comm;
-  CudaEvent ready, done;
-  bool used = false;  // something was queued on `comm` this iteration
-};
-#else
-struct DistributedDataParallel::Streams {};
-#endif
 
 int64_t resolve_bucket_size(const DataParallelConfig& config, int dp_size) {
   if (!config.overlap_grad_reduce) return 0;
@@ -82,7 +72,8 @@ DistributedDataParallel::DistributedDataParallel(Context& ctx, const nn::Paramet
   }
   reset_counts();
 #if MEGATRON_WITH_CUDA
-  if (ctx.is_cuda() && config_.overlap_grad_reduce) streams_ = std::make_unique<Streams>();
+  if (ctx.is_cuda() && (config_.overlap_grad_reduce || config_.shard_grads || config_.shard_params))
+    streams_ = std::make_unique<Streams>();
 #endif
 }
 
@@ -138,7 +129,7 @@ void DistributedDataParallel::start_bucket(Context& ctx, size_t b, size_t k) {
   const comm::ReduceOp op = reduce_op(ctx, b, grads);
   StreamHandle stream = ctx.stream();
 #if MEGATRON_WITH_CUDA
-  if (streams_) {  // overlap: the communication stream picks up once backward has written the bucket
+  if (streams_ && config_.overlap_grad_reduce) {  // the communication stream picks up once backward wrote the bucket
     streams_->ready.record(ctx.stream());
     streams_->comm.wait(streams_->ready.get());
     streams_->used = true;
@@ -164,6 +155,7 @@ comm::ReduceOp DistributedDataParallel::reduce_op(Context& ctx, size_t b, const 
 }
 
 void DistributedDataParallel::finish_grad_sync(Context& ctx) {
+  if (config_.shard_grads || config_.shard_params) finish_fsdp_step(ctx);
   for (size_t b = 0; b < buffers_.size(); ++b)
     for (size_t k = 0; k < started_[b].size() && !config_.shard_grads; ++k) start_bucket(ctx, b, k);
 #if MEGATRON_WITH_CUDA
@@ -174,110 +166,6 @@ void DistributedDataParallel::finish_grad_sync(Context& ctx) {
   }
 #endif
   reset_counts();
-}
-
-std::vector<std::pair<size_t, size_t>> DistributedDataParallel::buckets_of(const nn::ParameterList& params) const {
-  std::vector<std::pair<size_t, size_t>> out;
-  for (const nn::Parameter* p : params) {
-    const std::pair<size_t, size_t> where = location(p);
-    if (std::find(out.begin(), out.end(), where) == out.end()) out.push_back(where);
-  }
-  return out;
-}
-
-void DistributedDataParallel::acquire_params(Context& ctx, const nn::ParameterList& params) {
-  for (auto [b, k] : buckets_of(params)) {
-    ParamAndGradBuffer& buffer = buffers_[b];
-    InUse& use = in_use_[b][k];
-    if (!buffer.sharding().params || use.value_users++ > 0) continue;
-    use.values = ctx.empty(Shape{buffer.layout().buckets[k].numel}, buffer.param_dtype());
-    groups_[b]->all_gather(use.values, buffer.value_shard(k), ctx.stream());
-    buffer.bind_values(k, use.values);
-  }
-}
-
-void DistributedDataParallel::release_params(Context&, const nn::ParameterList& params) {
-  for (auto [b, k] : buckets_of(params)) {
-    ParamAndGradBuffer& buffer = buffers_[b];
-    InUse& use = in_use_[b][k];
-    if (!buffer.sharding().params) continue;
-    MEGATRON_CHECK(use.value_users > 0, "DistributedDataParallel: bucket ", k, " of buffer ", b,
-                   " released more often than acquired");
-    if (--use.value_users > 0) continue;
-    buffer.unbind_values(k);
-    use.values = Tensor();  // back to the allocator, in stream order
-  }
-}
-
-void DistributedDataParallel::begin_grads(Context& ctx, const nn::ParameterList& params) {
-  for (auto [b, k] : buckets_of(params)) {
-    ParamAndGradBuffer& buffer = buffers_[b];
-    InUse& use = in_use_[b][k];
-    if (!buffer.sharding().grads || use.grad_users++ > 0) continue;
-    use.grads = ctx.empty(Shape{buffer.layout().buckets[k].numel}, nn::main_grad_dtype(buffer.param_dtype()));
-    ops::fill(ctx, use.grads, 0.0);
-    buffer.bind_grads(k, use.grads);
-  }
-}
-
-void DistributedDataParallel::end_grads(Context& ctx, const nn::ParameterList& params) {
-  for (auto [b, k] : buckets_of(params)) {
-    ParamAndGradBuffer& buffer = buffers_[b];
-    InUse& use = in_use_[b][k];
-    if (!buffer.sharding().grads) continue;
-    MEGATRON_CHECK(use.grad_users > 0, "DistributedDataParallel: bucket ", k, " of buffer ", b,
-                   " ended its gradients more often than it began them");
-    if (--use.grad_users > 0) continue;
-    // This micro-batch's gradients of the bucket, reduce-scattered in place (into this rank's chunk of the
-    // whole bucket) and added to the shard where earlier micro-batches' already are.
-    comm::Communicator& group = *groups_[b];
-    const int64_t n = use.grads.numel() / group.size();
-    const Tensor reduced = use.grads.slice(group.rank() * n, (group.rank() + 1) * n);
-    group.reduce_scatter(reduced, use.grads, reduce_op(ctx, b, use.grads), ctx.stream());
-    const Tensor shard = buffer.grad_shard(k);
-    ops::add(ctx, shard, shard, reduced);
-    buffer.unbind_grads(k);
-    use.grads = Tensor();
-  }
-}
-
-void DistributedDataParallel::acquire_all_params(Context& ctx) {
-  for (const ParamAndGradBuffer& buffer : buffers_) acquire_params(ctx, buffer.params());
-}
-
-void DistributedDataParallel::store_params(Context& ctx) {
-  for (size_t b = 0; b < buffers_.size(); ++b) {
-    ParamAndGradBuffer& buffer = buffers_[b];
-    if (!buffer.sharding().params) continue;
-    for (size_t k = 0; k < buffer.layout().buckets.size(); ++k) {
-      const InUse& use = in_use_[b][k];
-      MEGATRON_CHECK(use.value_users > 0, "DistributedDataParallel::store_params: bucket ", k, " of buffer ", b,
-                     " is not acquired (acquire_all_params first)");
-      auto [s0, s1] = buffer.shard(k, groups_[b]->rank());
-      const int64_t base = buffer.layout().buckets[k].offset;
-      ops::copy(ctx, buffer.value_shard(k), use.values.slice(s0 - base, s1 - base));
-    }
-  }
-}
-
-void DistributedDataParallel::release_all_params(Context& ctx) {
-  for (const ParamAndGradBuffer& buffer : buffers_) release_params(ctx, buffer.params());
-}
-
-Tensor DistributedDataParallel::held_grad(const nn::Parameter* p) const {
-  if (!config_.shard_grads) return p->main_grad;
-  auto it = location_.find(p);
-  MEGATRON_CHECK(it != location_.end(), "DistributedDataParallel: parameter ", p->name, " is not in its buffers");
-  const ParamAndGradBuffer& buffer = buffers_[it->second.buffer];
-  const size_t k = it->second.bucket;
-  for (const size_t i : buffer.layout().buckets[k].entries) {
-    const BufferLayout::Entry& e = buffer.layout().entries[i];
-    if (buffer.params()[e.param] != p) continue;
-    auto [s0, s1] = buffer.shard(k, groups_[it->second.buffer]->rank());
-    const int64_t lo = std::max(e.offset, s0), hi = std::min(e.offset + e.numel, s1);
-    return lo < hi ? buffer.grads_range(lo, hi) : buffer.grads_range(s0, s0);
-  }
-  MEGATRON_FAIL("DistributedDataParallel: ", p->name, " is not in its bucket");
 }
 
 }  // namespace megatron::distributed

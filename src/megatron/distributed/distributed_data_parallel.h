@@ -44,7 +44,12 @@
 // So each micro-batch's backward reduces its gradients unit by unit (Megatron FSDP's per-micro-batch
 // reduce-scatter) and finish_grad_sync() has nothing left to start. acquire_all_params / store_params /
 // release_all_params serve checkpoints (the whole model bound, loaded values written back to the shards).
-// All FSDP communication is queued on ctx's stream.
+// Overlap on CUDA (fsdp.cpp): every FSDP collective runs on the communication stream, after the work ctx's stream
+// has queued. With --overlap-param-gather, prefetch_params(params, forward) gathers the next module group in that
+// direction (the neighbouring bucket) while the current one computes; with --overlap-grad-reduce, end_grads
+// leaves the reduce-scatter running and adds a bucket's reduced chunk to its shard only after the next group's
+// backward has been queued (finish_grad_sync adds the rest). On CPU ranks (MPI) each collective completes in its
+// call: the same results, no overlap.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +71,7 @@ struct DataParallelConfig {
   // quantisation of them needs): the reductions then sum (dense and expert buckets alike), and the results are
   // those described above.
   bool grads_prescaled = false;
+  bool overlap_param_gather = false;  // FSDP on CUDA: prefetch the next module group (see above)
   bool fsdp = false;          // one bucket per unit (see above); needs use_distributed_optimizer
   bool shard_grads = false;   // FSDP optim_grads and optim_grads_params
   bool shard_params = false;  // FSDP optim_grads_params
@@ -94,6 +100,7 @@ class DistributedDataParallel {
 
   // FSDP around each use of a unit (see above); no-ops for what persists whole.
   void acquire_params(Context& ctx, const nn::ParameterList& params);
+  void prefetch_params(Context& ctx, const nn::ParameterList& params, bool forward);
   void release_params(Context& ctx, const nn::ParameterList& params);
   void begin_grads(Context& ctx, const nn::ParameterList& params);
   void end_grads(Context& ctx, const nn::ParameterList& params);
@@ -126,6 +133,18 @@ class DistributedDataParallel {
   comm::ReduceOp reduce_op(Context& ctx, size_t b, const Tensor& grads);
   // The (buffer, bucket) pairs holding `params`, each once.
   std::vector<std::pair<size_t, size_t>> buckets_of(const nn::ParameterList& params) const;
+  // FSDP (fsdp.cpp): a sharded bucket's whole values gathered into in_use_[b][k].values (on CUDA, queued on the
+  // communication stream); ctx's stream made to wait for it; the reduce-scatters left running, added to their
+  // shards (all, or all but the newest); gathered buckets nobody uses dropped (before their shards change).
+  void gather_bucket(Context& ctx, size_t b, size_t k);
+  void wait_gathered(Context& ctx, size_t b, size_t k);
+  void add_reductions(Context& ctx, bool keep_newest);
+  void drop_prefetched(Context& ctx);
+  void finish_fsdp_step(Context& ctx);  // every reduction added, prefetched buckets dropped (finish_grad_sync)
+  // The stream FSDP's collectives run on (the communication stream on CUDA, ordered after ctx's stream's work so
+  // far), and whether it is asynchronous to ctx's stream.
+  StreamHandle fsdp_stream(Context& ctx);
+  bool fsdp_async() const;
 
   comm::Communicator& dp_;
   comm::Communicator* expert_dp_;
@@ -141,9 +160,10 @@ class DistributedDataParallel {
   std::vector<bool> final_;                  // per parameter: reported final this iteration
   std::vector<std::vector<int>> remaining_;  // per buffer, per bucket: parameters not final yet
   std::vector<std::vector<bool>> started_;
-  struct InUse {  // FSDP: a bucket's whole tensors while in use, and their users
+  struct InUse {  // FSDP: a bucket's whole tensors while in use (values also once prefetched), and their users
     Tensor values, grads;
     int value_users = 0, grad_users = 0;
+    int gathered_event = -1;  // CUDA: the event marking values' all-gather on the communication stream
   };
   std::vector<std::vector<InUse>> in_use_;  // per buffer, per bucket
   struct Streams;  // CUDA stream and events (CUDA builds)

@@ -75,6 +75,7 @@ void Trainer::setup() {
                                           .use_distributed_optimizer = p.use_distributed_optimizer,
                                           .bucket_size = p.ddp_bucket_size,
                                           .grads_prescaled = true,
+                                          .overlap_param_gather = p.overlap_param_gather,
                                           .fsdp = fsdp,
                                           .shard_grads = args_.fsdp_shards_grads(),
                                           .shard_params = args_.fsdp_shards_params()};
@@ -237,10 +238,14 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
   const distributed::DataParallelConfig& dp_config = ddp_->config();
   if (dp_config.shard_params || dp_config.shard_grads) {  // FSDP: gather and reduce around every use
     nn::ParamHooks& every = run.hooks.every_pass;
-    every.before_forward = [this](const nn::ParameterList& l) { ddp_->acquire_params(ctx_, l); };
+    every.before_forward = [this](const nn::ParameterList& l) {
+      ddp_->acquire_params(ctx_, l);
+      ddp_->prefetch_params(ctx_, l, /*forward=*/true);
+    };
     every.after_forward = [this](const nn::ParameterList& l) { ddp_->release_params(ctx_, l); };
     every.before_backward = [this](const nn::ParameterList& l) {
       ddp_->acquire_params(ctx_, l);
+      ddp_->prefetch_params(ctx_, l, /*forward=*/false);
       ddp_->begin_grads(ctx_, l);
     };
     every.after_backward = [this](const nn::ParameterList& l) {
