@@ -30,7 +30,7 @@ SOURCES = [("gpt3_175b", "gpt3"), ("gpt3_175b_rampup", "gpt3 (ramp-up)"), ("llam
 
 def read_flag_file(path):
     """{'flags': [[flag, values...]], 'tiny': [...], 'expect': [...], 'trainable': [...], 'tools': {flag: tool}}"""
-    out = {"flags": [], "tiny": [], "expect": [], "trainable": [], "tools": {}}
+    out = {"flags": [], "tiny": [], "expect": [], "consumed": [], "trainable": [], "tools": {}}
     section = "flags"
     with open(path) as f:
         for raw in f:
@@ -41,7 +41,8 @@ def read_flag_file(path):
                 section = line[1:-1]
                 continue
             if section == "expect":
-                out["expect"].append(line.split(":", 1)[1].strip())
+                kind, text = (s.strip() for s in line.split(":", 1))
+                out["consumed" if kind == "consumed" else "expect"].append(text)
                 continue
             words = shlex.split(line)
             if os.path.basename(path) == "guides.flags":
@@ -203,6 +204,10 @@ def run_example(pretrain_gpt, stem, statuses):
         rc2, out2 = run(pretrain_gpt, substitute(trainable, tmp))
         if rc2 != 0 or not trained(out2):
             failures.append(f"without the refused flags ({' '.join(refused) or 'none'}) it did not train:\n{out2[-4000:]}")
+        consumed = " ".join(re.findall(r"consumed samples:\s+(\d+) \|", out2))
+        for expected in data["consumed"]:  # the batch-size schedule, iteration by iteration
+            if consumed != expected:
+                failures.append(f"consumed samples per iteration {consumed}, expected {expected}")
     status = "FAIL" if failures else "ok"
     print(f"[{status}] {stem}: refused {' '.join(refused) or 'none'}; " +
           ("trained without them" if not failures else "; ".join(failures)))
