@@ -1,5 +1,7 @@
 #include "megatron/trainer/checkpoint_args.h"
 
+#include <algorithm>
+
 #include "megatron/checkpoint/shard_reader.h"
 #include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/core/error.h"
@@ -41,8 +43,11 @@ std::vector<std::string> apply_checkpoint_args(train::Arguments& args) {
   std::vector<std::string> changes;
   const auto old_values = train::argument_values(before), new_values = train::argument_values(after);
   for (size_t i = 0; i < new_values.size(); ++i)
-    if (old_values[i].second != new_values[i].second)
-      changes.push_back(str_cat("--", new_values[i].first, " ", new_values[i].second, " (from the checkpoint)"));
+    if (old_values[i].second != new_values[i].second) {
+      std::string flag = "--" + new_values[i].first;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      changes.push_back(str_cat(flag, " ", new_values[i].second, " (from the checkpoint)"));
+    }
   return changes;
 }
 
