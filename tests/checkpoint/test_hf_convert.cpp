@@ -19,6 +19,7 @@
 #include "megatron/checkpoint/shard_reader.h"
 #include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/inference/gpt_inference.h"
+#include "megatron/ops/elementwise/elementwise.h"
 
 namespace megatron::checkpoint {
 namespace {
@@ -187,6 +188,33 @@ TEST(HfConvert, Qwen2ImportsBiasesOnQkvOnly) {
       EXPECT_EQ(ours.count(p + none), 0u) << p << none << " would be a made-up zero bias";
   }
   EXPECT_EQ(hf_config_from_model(HfFamily::Qwen2, a, DType::F32).value("model_type", ""), "qwen2");
+}
+
+// The imported Qwen2 builds with a bias on linear_qkv only, and its forward uses it: changing the bias
+// changes the logits.
+TEST(HfConvert, Qwen2ModelHasOnlyTheQkvBias) {
+  fs::path dir = testing::make_temp_dir("hf_qwen2_model");
+  const json c = llama_config("qwen2", true, 2);
+  write_hf_dir(dir / "hf", c, hf_tensors(c, DType::F32));
+  import_hf_checkpoint(dir / "hf", dir / "ours");
+  LoadedModel loaded = load_model(testing::cpu_context(), dir / "ours", DType::F32);
+  Context& cpu = testing::cpu_context();
+  for (auto& layer : loaded.model->layers) {
+    EXPECT_TRUE(layer.self_attention.linear_qkv.bias.defined());
+    EXPECT_FALSE(layer.self_attention.linear_proj.bias.defined());
+    EXPECT_FALSE(layer.mlp.linear_fc1.bias.defined());
+  }
+  auto logits = [&] {
+    inference::GPTInference engine(cpu, *loaded.model, 1, 8);
+    Tensor tokens = cpu.empty({1, 5}, DType::I64);
+    for (int64_t t = 0; t < 5; ++t) tokens.data<int64_t>()[t] = 3 * t + 1;
+    return testing::to_doubles(cpu, engine.forward(cpu, tokens));
+  };
+  const std::vector<double> with_bias = logits();
+  for (double x : with_bias) ASSERT_TRUE(std::isfinite(x));
+  ops::fill(cpu, loaded.model->layers[0].self_attention.linear_qkv.bias.value, 0.0);
+  EXPECT_NE(logits(), with_bias) << "the q/k/v bias takes part in the forward";
+  fs::remove_all(dir);
 }
 
 // A model with a bias on every linear (trained so, then exported as Qwen2): the biases Qwen2 cannot hold are
