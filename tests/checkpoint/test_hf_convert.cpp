@@ -19,6 +19,7 @@
 #include "megatron/checkpoint/shard_reader.h"
 #include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/inference/gpt_inference.h"
+#include "megatron/train/model_config.h"
 #include "megatron/ops/elementwise/elementwise.h"
 
 namespace megatron::checkpoint {
@@ -215,6 +216,21 @@ TEST(HfConvert, Qwen2ModelHasOnlyTheQkvBias) {
   ops::fill(cpu, loaded.model->layers[0].self_attention.linear_qkv.bias.value, 0.0);
   EXPECT_NE(logits(), with_bias) << "the q/k/v bias takes part in the forward";
   fs::remove_all(dir);
+}
+
+// Checkpoints saved before --add-qkv-bias existed have no such arg: they load as models without it, and only
+// those.
+TEST(HfConvert, CheckpointsWithoutAddQkvBiasLoadAsWithout) {
+  nn::TransformerConfig config = train::transformer_config(arguments_from_hf(llama_config("llama", false, 2)).model,
+                                                           DType::F32, 1);
+  json saved = json::object();
+  for (const auto& [key, value] : architecture_values(config)) saved[key] = value;
+  saved.erase("add_qkv_bias");
+  EXPECT_TRUE(architecture_differences(saved, config).empty());
+  config.add_qkv_bias = true;
+  const std::vector<std::string> diffs = architecture_differences(saved, config);
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_NE(diffs[0].find("--add-qkv-bias"), std::string::npos) << diffs[0];
 }
 
 // A model with a bias on every linear (trained so, then exported as Qwen2): the biases Qwen2 cannot hold are

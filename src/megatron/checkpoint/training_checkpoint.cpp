@@ -74,6 +74,7 @@ std::vector<std::string> architecture_differences(const nlohmann::json& saved_ar
       flag = "padded vocabulary size";
     }
     if (!saved_args.contains(key)) {
+      if (key == "add_qkv_bias" && value == "False") continue;  // checkpoints from before the flag: none
       diffs.push_back(str_cat(flag, ": not in the checkpoint, this run ", value));
       continue;
     }
