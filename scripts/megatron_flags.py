@@ -30,7 +30,7 @@ SOURCES = [("gpt3_175b", "gpt3"), ("gpt3_175b_rampup", "gpt3 (ramp-up)"), ("llam
 
 def read_flag_file(path):
     """{'flags': [[flag, values...]], 'tiny': [...], 'expect': [...], 'trainable': [...], 'tools': {flag: tool}}"""
-    out = {"flags": [], "tiny": [], "expect": [], "consumed": [], "trainable": [], "tools": {}}
+    out = {"flags": [], "tiny": [], "expect": [], "consumed": [], "prints": [], "trainable": [], "tools": {}}
     section = "flags"
     with open(path) as f:
         for raw in f:
@@ -42,7 +42,7 @@ def read_flag_file(path):
                 continue
             if section == "expect":
                 kind, text = (s.strip() for s in line.split(":", 1))
-                out["consumed" if kind == "consumed" else "expect"].append(text)
+                out[kind if kind in ("consumed", "prints") else "expect"].append(text)
                 continue
             words = shlex.split(line)
             if os.path.basename(path) == "guides.flags":
@@ -208,6 +208,9 @@ def run_example(pretrain_gpt, stem, statuses):
         for expected in data["consumed"]:  # the batch-size schedule, iteration by iteration
             if consumed != expected:
                 failures.append(f"consumed samples per iteration {consumed}, expected {expected}")
+        for text in data["prints"]:
+            if text not in out2:
+                failures.append(f"the training run did not print '{text}'")
     status = "FAIL" if failures else "ok"
     print(f"[{status}] {stem}: refused {' '.join(refused) or 'none'}; " +
           ("trained without them" if not failures else "; ".join(failures)))
