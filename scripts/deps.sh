@@ -5,7 +5,8 @@
 set -euo pipefail
 
 APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev
-              libcli11-dev libpcre2-dev libicu-dev libopenmpi-dev openmpi-bin libsentencepiece-dev python3-pip)
+              libcli11-dev libpcre2-dev libicu-dev libopenmpi-dev openmpi-bin libsentencepiece-dev libyaml-cpp-dev
+              python3-pip)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

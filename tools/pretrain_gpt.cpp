@@ -7,7 +7,7 @@
 //   mpirun -np 4 pretrain_gpt ... --tensor-model-parallel-size 2 --sequence-parallel   # TP=2 x DP=2
 //
 // Everything a run does is the library's trainer::pretrain (src/megatron/trainer/pretrain.h); this file
-// starts MPI, answers --help, and turns an error on any rank into a message and the end of every rank
+// starts MPI, answers --help and --list-flags, and turns an error on any rank into a message and the end of every rank
 // (MPI_Abort: the others would otherwise wait for it until the collective timeout).
 #include <iostream>
 
@@ -19,11 +19,17 @@ using namespace megatron;
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
-  for (const std::string& a : args)
+  for (const std::string& a : args) {
     if (a == "--help" || a == "-h") {
       std::cout << "usage: pretrain_gpt [Megatron-LM flags]\n\n" << train::flags_help();
       return 0;
     }
+    if (a == "--list-flags") {  // ours: every flag with its status, tab-separated (docs/flags.md is checked against it)
+      for (const train::FlagStatusRow& row : train::flag_statuses())
+        std::cout << row.name << "\t" << row.status << "\t" << row.reason << "\n";
+      return 0;
+    }
+  }
   std::unique_ptr<comm::MpiRuntime> mpi;
   try {
     mpi = std::make_unique<comm::MpiRuntime>();

@@ -447,6 +447,31 @@ TEST(Resume, PretrainGptSaveExitAndLoadContinueTheSameLosses) {
   EXPECT_NE(text.find("resuming at iteration 7"), std::string::npos);
 }
 
+// --use-checkpoint-args: a run that names no architecture flag (not even --num-layers or the vocabulary) takes
+// them from the checkpoint's saved args (Megatron's load_args_from_checkpoint) and continues with the losses of
+// the run that gave them all.
+TEST(Resume, UseCheckpointArgsTakesTheArchitectureFromTheCheckpoint) {
+  fs::path dir = testing::make_temp_dir("resume_ckpt_args");
+  const std::string model = "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --num-query-groups 2 --seq-length 16 "
+                            "--swiglu --normalization RMSNorm --position-embedding-type rope --rotary-base 500 "
+                            "--untie-embeddings-and-output-weights --disable-bias-linear --hidden-dropout 0.2 "
+                            "--attention-dropout 0 --vocab-size 4096 ";
+  const std::string training = "--micro-batch-size 2 --global-batch-size 4 --train-iters 6 --lr 3e-3 --min-lr 3e-4 "
+                               "--lr-decay-style cosine --lr-warmup-iters 2 --eval-iters 0 --seed 11 --mock-data "
+                               "--device cpu --log-interval 1 ";
+  auto full = run_pretrain(model + training, dir / "full.log");
+  ASSERT_EQ(full.size(), 6u);
+  const std::string ckpt = (dir / "ckpt").string();
+  run_pretrain(model + training + "--save " + ckpt + " --exit-interval 3", dir / "first.log");
+  auto second = run_pretrain(training + "--load " + ckpt + " --use-checkpoint-args", dir / "second.log");
+  ASSERT_EQ(second.size(), 3u) << "iterations 4..6 after resuming";
+  for (int64_t it = 4; it <= 6; ++it) EXPECT_EQ(second[it], full[it]) << "iteration " << it;
+  std::ifstream log(dir / "second.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("--use-checkpoint-args: --num-layers 2 (from the checkpoint)"), std::string::npos) << text;
+  fs::remove_all(dir);
+}
+
 #ifdef MPIEXEC
 TEST(Resume, PretrainGptDataParallelSavesResumeAndLoadInOneProcess) {
   // Two ranks with the distributed optimizer and asynchronous saves (published by the per-iteration poll);

@@ -1,5 +1,6 @@
 #include "megatron/trainer/pretrain.h"
 
+#include "megatron/trainer/checkpoint_args.h"
 #include "megatron/trainer/layout_search.h"
 #include "megatron/trainer/memory_plan.h"
 
@@ -36,6 +37,9 @@ int64_t tokenizer_vocabulary(train::Arguments& args) {
     tc.vocab_file = args.data.vocab_file;
     tc.merge_file = args.data.merge_file;
     tc.tokenizer_model = args.data.tokenizer_model;
+    tc.tiktoken_pattern = args.data.tiktoken_pattern;
+    tc.tiktoken_num_special_tokens = args.data.tiktoken_num_special_tokens;
+    tc.tiktoken_special_tokens = args.data.tiktoken_special_tokens;
     if (args.model.vocab_size > 0) tc.vocab_size = args.model.vocab_size;
     const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(tc);
     args.model.vocab_size = int(tokenizer->vocab_size());
@@ -152,6 +156,8 @@ std::unique_ptr<TrainingData> load_data(const train::Arguments& args, int64_t eo
 int pretrain(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
   train::Arguments args = train::parse_arguments(argv);
   args.parallel.world_size = mpi.world_size();
+  for (const std::string& change : apply_checkpoint_args(args))  // --use-checkpoint-args
+    if (mpi.world_rank() == 0) std::cout << "--use-checkpoint-args: " << change << "\n";
   if (args.training.dry_run_layouts > 0) {  // the flags' model and batch on other layouts: validated per candidate
     tokenizer_vocabulary(args);
     if (mpi.world_rank() == 0) {
