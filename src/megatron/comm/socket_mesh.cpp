@@ -211,7 +211,8 @@ void SocketMesh::pump_in(int peer, Link& l) {
       lose(peer, l, str_cat("world rank ", peer, " closed its connection (the process exited or crashed)"));
     } else if (n < 0) {
       if (!would_block(errno))
-        lose(peer, l, str_cat("receiving from world rank ", peer, " failed: ", std::strerror(errno)));
+        lose(peer, l, str_cat("receiving from world rank ", peer, " failed: ", std::strerror(errno),
+                              errno == ECONNRESET ? " (the process exited or crashed)" : ""));
       return;
     }
   }
