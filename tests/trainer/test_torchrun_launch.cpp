@@ -5,8 +5,10 @@
 // and optimizer state after the last iteration). The DP run uses torchrun's static rendezvous
 // (--master_addr/--master_port: the agent holds MASTER_PORT), the TP run the c10d rendezvous of the guides'
 // launcher line (--rdzv_backend=c10d --rdzv_endpoint=HOST:PORT). A machine without torchrun fails the test
-// with the way to install it. Without torchrun: inconsistent launch variables, and a rendezvous nobody
-// answers, end pretrain_gpt with the variable, its value and the constraint, within the timeout.
+// with the way to install it. On two GPUs (suite TorchrunLaunchGpu, label gpu) the DP run goes through NCCL,
+// its id broadcast over the socket world: the same log values as under mpirun (--deterministic-mode).
+// Without torchrun: inconsistent launch variables, and a rendezvous nobody answers, end pretrain_gpt with the
+// variable, its value and the constraint, within the timeout.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -24,6 +26,7 @@
 #include "harness.h"
 #include "megatron/comm/tcp_socket.h"
 #include "megatron/core/philox.h"
+#include "megatron/runtime/context.h"
 
 namespace megatron::trainer {
 namespace {
@@ -123,8 +126,10 @@ std::string file_bytes(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-// torchrun and mpirun with the same flags: the same log values and the same checkpoint shards.
-void expect_torchrun_matches_mpirun(const std::string& tag, const std::string& layout, const std::string& rendezvous) {
+// torchrun and mpirun with the same flags: the same log values and (with `same_shards`) the same checkpoint
+// shards.
+void expect_torchrun_matches_mpirun(const std::string& tag, const std::string& layout, const std::string& rendezvous,
+                                    bool same_shards = true) {
   const Torchrun torchrun = find_torchrun();
   ASSERT_FALSE(torchrun.path.empty()) << kInstall;
   TempDir dir(tag);
@@ -142,14 +147,16 @@ void expect_torchrun_matches_mpirun(const std::string& tag, const std::string& l
   const CommandResult m = run(mpirun_line);
   ASSERT_EQ(m.status, 0) << mpirun_line << "\n" << m.output;
   EXPECT_NE(t.output.find("launch: torchrun (env://): 2 ranks"), std::string::npos) << t.output;
-  EXPECT_NE(t.output.find("collectives on socket"), std::string::npos) << t.output;
-  EXPECT_NE(m.output.find("collectives on mpi"), std::string::npos) << m.output;
+  const bool gpu = layout.find("--device cuda") != std::string::npos;
+  EXPECT_NE(t.output.find(gpu ? "collectives on nccl" : "collectives on socket"), std::string::npos) << t.output;
+  EXPECT_NE(m.output.find(gpu ? "collectives on nccl" : "collectives on mpi"), std::string::npos) << m.output;
 
   const std::map<std::string, std::string> from_torchrun = logged_values(t.output);
   const std::map<std::string, std::string> from_mpirun = logged_values(m.output);
   EXPECT_EQ(from_mpirun.size(), 6u + 3u) << "6 iterations, validation at 3 and 6, the test set\n" << m.output;
   EXPECT_EQ(from_torchrun, from_mpirun) << t.output;
   for (const char* shard : {"rank_00000.safetensors", "rank_00001.safetensors"}) {
+    if (!same_shards) break;
     const std::string a = file_bytes(dir.path / "torchrun" / "iter_0000006" / shard);
     const std::string b = file_bytes(dir.path / "mpirun" / "iter_0000006" / shard);
     EXPECT_FALSE(a.empty()) << shard;
@@ -169,6 +176,15 @@ TEST(TorchrunLaunch, TensorParallelSequenceParallelMatchesMpirun) {
   const int port = free_port_pair();
   expect_torchrun_matches_mpirun("torchrun_tp", " --tensor-model-parallel-size 2 --sequence-parallel",
                                  str_cat("--nnodes=1 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:", port));
+}
+
+// NCCL bootstrapped through the rendezvous: one GPU per rank (LOCAL_RANK), the id over the socket world.
+TEST(TorchrunLaunchGpu, DataParallelOverNcclMatchesMpirun) {
+  if (!cuda_backend_compiled() || cuda_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  const int port = free_port_pair();
+  expect_torchrun_matches_mpirun("torchrun_gpu", " --device cuda --deterministic-mode --use-distributed-optimizer",
+                                 str_cat("--nnodes=1 --node_rank=0 --master_addr=127.0.0.1 --master_port=", port),
+                                 /*same_shards=*/false);
 }
 
 // pretrain_gpt started as torchrun starts it, with `variables` (no MPI launcher's variables).
