@@ -21,7 +21,7 @@
 //     rendezvous, or a launcher that only sets the variables).
 // Why not speak to torchrun's store instead: its wire protocol is torch's internal detail and changed
 // incompatibly between versions (torch 1.13 numbers its commands from SET = 0; torch 2.x inserts VALIDATE = 0
-// in front, and its libuv server drops a client whose first message is not that handshake). A client cannot
+// in front, and its libuv server ignores a client until it has sent that handshake). A client cannot
 // tell the two apart without sending bytes the other version misreads, which could take down the agent's
 // store and with it the job. A port of our own works the same under every torch version.
 #pragma once

@@ -1,6 +1,7 @@
 #include "megatron/comm/tcp_rendezvous.h"
 
 #include <poll.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <optional>
@@ -74,8 +75,22 @@ std::string missing_ranks(const std::vector<std::optional<Endpoint>>& joined) {
   return missing > listed ? str_cat(text, " and ", missing - listed, " more") : text;
 }
 
+// Rank 0 holds a connection per rank until all have joined: raises the open-file limit to fit if it may
+// (large GPU jobs exceed the usual 1024), and otherwise says what to change.
+void make_room_for_connections(int world_size) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t needed = rlim_t(world_size) + 256;  // and the process's own files
+  if (limit.rlim_cur >= needed) return;
+  limit.rlim_cur = std::min(needed, limit.rlim_max);
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+  MEGATRON_CHECK(limit.rlim_cur >= needed, "rendezvous (rank 0): WORLD_SIZE=", world_size, " needs about ", needed,
+                 " open files on rank 0, but the limit is ", limit.rlim_max, " (ulimit -n); raise it");
+}
+
 // Rank 0: waits for every other rank's hello, then answers all with the table.
 std::vector<Endpoint> serve(const RendezvousRequest& r) {
+  make_room_for_connections(r.world_size);
   const std::string where = str_cat("rank 0's rendezvous on port ", r.port, " (", r.port_origin, ")");
   Socket listener;
   try {
