@@ -1,7 +1,7 @@
 // Megatron FSDP through the trainer, under `mpiexec -np 8` (CPU ranks, fp32): every sharding strategy
 // (--data-parallel-sharding-strategy no_shard, optim, optim_grads, optim_grads_params) trains 10 iterations at
 // DP = 2, the sharded ones also at DP = 4 and TP = 2 + SP x DP = 2, optim_grads_params also with PP = 2 x DP = 2,
-// with full recomputation, and with EP = 2 for a MoE model; each must give one rank's losses, gradient norms,
+// CP = 2 x DP = 2, with full recomputation, and with EP = 2 for a MoE model (FP8: test_trainer_fp8_mpi); each must give one rank's losses, gradient norms,
 // router losses and validation loss within 1e-5 relative: the same step as DDP, whose equality with one rank test_trainer_data_parallel_mpi holds. The
 // sharded strategies reduce every micro-batch's gradients unit by unit and gather the parameters around each
 // use, so several micro-batches (gradient accumulation) and the tied embeddings' two uses (the embedding and
@@ -56,6 +56,8 @@ TEST(FsdpTraining, EveryShardingStrategyTrainsLikeOneRank) {
       {"FSDP optim_grads_params TP=2 + SP x DP=2", 4, {.tensor_model_parallel = 2}, fsdp("optim_grads_params", tp2)},
       {"FSDP optim_grads_params PP=2 x DP=2", 4, {.pipeline_model_parallel = 2},
        fsdp("optim_grads_params", {"--pipeline-model-parallel-size", "2"})},
+      {"FSDP optim_grads_params CP=2 x DP=2", 4, {.context_parallel = 2},
+       fsdp("optim_grads_params", {"--context-parallel-size", "2"})},
       {"FSDP optim_grads_params DP=2, full recomputation", 2, {},
        fsdp("optim_grads_params", {"--recompute-granularity", "full", "--recompute-method", "uniform",
                                    "--recompute-num-layers", "2"})},

@@ -186,7 +186,7 @@ struct ParallelArguments {
   double distributed_timeout_minutes = 10;  // a collective waiting longer ends the run (fractions allowed)
   int64_t ddp_bucket_size = 0;       // elements per gradient bucket; 0 = Megatron's max(40M, 1M x DP)
   bool accumulate_allreduce_grads_in_fp32 = false;  // accepted; gradients are always accumulated and reduced in fp32
-  std::string distributed_backend = "nccl";  // nccl on GPUs; CPU ranks always use MPI (gloo/mpi accepted)
+  std::string distributed_backend = "nccl";  // nccl on GPUs; CPU ranks: MPI, or sockets under torchrun
   int world_size = 1;                // from the launcher (MPI), not a flag
   // Pipeline parallelism (Megatron's names). The virtual size comes from at most one of the three flags;
   // 0 / -1 mean "not given".

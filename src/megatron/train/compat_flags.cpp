@@ -92,13 +92,6 @@ std::vector<FlagSpec> refused_flags() {
       refused_flag("--eod-mask-loss", F::Switch, documents),
       refused_flag("--dynamic-context-parallel", F::Switch,
                    std::string(kNotYet) + "use a fixed --context-parallel-size"),
-      refused_flag("--use-megatron-fsdp", F::Switch,
-                   std::string(kNotYet) + "shard the optimizer state with --use-distributed-optimizer (ZeRO-1), and "
-                   "fit larger models with --recompute-granularity and --optimizer-cpu-offload"),
-      refused_flag("--data-parallel-sharding-strategy", F::Value,
-                   "belongs to Megatron FSDP, which is " + std::string(kNotYet) +
-                       "--use-distributed-optimizer shards the optimizer state (the 'optim' strategy)",
-                   {"no_shard", "optim", "optim_grads", "optim_grads_params"}),
       refused_flag("--decoupled-lr", F::Value,
                    std::string(kNotYet) + "one learning rate schedule drives every parameter; drop the flag (--lr applies "
                    "to the embedding and output layer too)"),

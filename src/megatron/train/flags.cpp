@@ -328,7 +328,8 @@ std::vector<FlagSpec> parallel_flags() {
       flag("--distributed-timeout-minutes", &A::parallel, &P::distributed_timeout_minutes,
            "a collective waiting longer reports the rank, group and sizes and ends the run (fractions allowed)"),
       flag("--distributed-backend", &A::parallel, &P::distributed_backend,
-           "collectives of GPU ranks (CPU ranks always use MPI; gloo is taken to mean MPI)", {"nccl", "mpi", "gloo"}),
+           "collectives of GPU ranks (CPU ranks use MPI, or TCP sockets under torchrun: gloo and mpi mean that)",
+           {"nccl", "mpi", "gloo"}),
   };
 }
 
