@@ -237,6 +237,20 @@ TEST(Flops, MegatronFormulaEqualsAnIndependentCount) {
   }
 }
 
+// Packed documents count only their own attention scores: the sum of squared document lengths replaces
+// B s^2 in the attention term (6 n d L per squared token), the rest of the formula unchanged.
+TEST(Flops, PackedDocumentsCountOnlyTheirOwnAttention) {
+  Arguments a = parse_arguments({"--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8",
+                                 "--seq-length", "1024", "--train-iters", "1", "--lr", "1", "--mock-data",
+                                 "--vocab-size", "32000"});
+  resolve_and_validate(a);
+  const double whole = num_floating_point_operations(a, 2);
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(a, 2, 2.0 * 1024 * 1024), whole);  // one document per row
+  const double documents = 2 * (512.0 * 512 + 256.0 * 256 * 2);                       // 3 documents per row
+  const double n_d_L = 8.0 * 32 * 4;
+  EXPECT_DOUBLE_EQ(whole - num_floating_point_operations(a, 2, documents), 6 * n_d_L * (2.0 * 1024 * 1024 - documents));
+}
+
 }  // namespace
 }  // namespace megatron::train
 

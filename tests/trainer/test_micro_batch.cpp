@@ -140,6 +140,10 @@ TEST(DocumentMasks, MicroBatchesAndContextParallelSharesEqualMegatronCore) {
           }
         }
         EXPECT_EQ(mb.loss_tokens, counted);
+        double row_counted = 0;
+        for (const Reference* r : rows)
+          for (int64_t x : r->loss_mask) row_counted += double(x);
+        EXPECT_EQ(mb.row_loss_tokens, row_counted);
       }
     }
   }

@@ -118,6 +118,9 @@ std::vector<FlagSpec> training_flags() {
       flag("--loss-scale", &A::training, &T::loss_scale, "static loss scale (fp16; default dynamic)"),
       flag("--initial-loss-scale", &A::training, &T::initial_loss_scale, "first dynamic loss scale"),
       flag("--deterministic-mode", &A::training, &T::deterministic_mode, "bit-identical runs"),
+      flag("--calculate-per-token-loss", &A::training, &T::calculate_per_token_loss,
+           "every token of the global batch weighs the same: the loss summed over tokens, the gradients divided by "
+           "the global batch's token count (over micro-batches and data-parallel ranks)"),
       flag("--device", &A::training, &T::device, "where to train", {"auto", "cpu", "cuda"}),
       flag("--cpu-threads", &A::training, &T::cpu_threads,
            "threads of the CPU kernels (0: OMP_NUM_THREADS if set, else this node's cores divided by its ranks)"),
@@ -339,6 +342,11 @@ std::vector<FlagSpec> data_flags() {
       flag("--data-path", &A::data, &D::data_path, "[weight] prefix pairs"),
       flag("--split", &A::data, &D::split, "train,valid,test proportions"),
       flag("--mock-data", &A::data, &D::mock_data, "synthetic data"),
+      flag("--reset-position-ids", &A::data, &D::reset_position_ids,
+           "positions restart at 0 after every end-of-document token (docs/data.md)"),
+      flag("--reset-attention-mask", &A::data, &D::reset_attention_mask,
+           "tokens attend only inside their own document: a sequence's documents end at its EOD tokens (docs/data.md)"),
+      flag("--eod-mask-loss", &A::data, &D::eod_mask_loss, "no loss on end-of-document tokens (docs/data.md)"),
       flag("--tokenizer-type", &A::data, &D::tokenizer_type,
            "tokenizer (Llama3Tokenizer: Llama 3's tiktoken tokenizer.model with its pattern and 256 special tokens; "
            "Llama2Tokenizer: a sentencepiece model, as GPTSentencePieceTokenizer)",

@@ -26,8 +26,11 @@ class SampleStream {
  public:
   using Reader = std::function<void(int64_t index, std::span<int64_t> tokens)>;
   SampleStream() = default;
-  SampleStream(Reader read, int64_t size, int64_t width) : read_(std::move(read)), size_(size), width_(width) {}
+  // `eod`: the dataset's end-of-document token (the document flags find documents by it).
+  SampleStream(Reader read, int64_t size, int64_t width, int64_t eod = -1)
+      : read_(std::move(read)), size_(size), width_(width), eod_(eod) {}
   bool available() const { return read_ && size_ > 0; }
+  int64_t eod() const { return eod_; }
   int64_t size() const { return size_; }
   // The next n samples (wrapping around the split); `host` is the CPU allocator for the result.
   Tensor next(int64_t n, Allocator& host);
@@ -43,7 +46,7 @@ class SampleStream {
 
  private:
   Reader read_;
-  int64_t size_ = 0, width_ = 0;
+  int64_t size_ = 0, width_ = 0, eod_ = -1;
   int64_t consumed_ = 0;
 };
 
@@ -61,6 +64,7 @@ class TrainingData {
   std::array<std::optional<data::BlendedDataset>, data::kNumSplits> blends_;
   std::vector<std::string> names_;
   std::vector<double> weights_;
+  int64_t eod_ = -1;
 };
 
 // "--data-path 0.7 A 0.3 B" -> {(0.7, A), (0.3, B)}; "A B" -> weights empty. Mixed forms are an error.

@@ -28,6 +28,7 @@ HostMicroBatch make_host_micro_batch(const Tensor& samples, int64_t eod, const d
       mb.loss_tokens += double(m.loss_mask[global]);
       if (flags.reset_position_ids) mb.position_ids.data<int64_t>()[i * s + j] = m.position_ids[global];
     }
+    for (float counted : m.loss_mask) mb.row_loss_tokens += double(counted);
     for (size_t d = 1; d < m.document_offsets.size(); ++d) offsets.push_back(i * S + m.document_offsets[d]);
   }
   if (flags.reset_attention_mask) {

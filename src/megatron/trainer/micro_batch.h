@@ -7,7 +7,8 @@
 //   cu_seqlens, host I64 [N + 1] under --reset-attention-mask: the documents of the whole micro-batch as
 //     cumulative offsets into its b * S tokens in their original order (each row's boundaries shifted by
 //     row * S; a row boundary always ends a document), else undefined;
-//   loss_tokens: sum(loss_mask), the tokens that count in the loss (Megatron's num_tokens).
+//   loss_tokens: sum(loss_mask), the tokens that count in the loss (Megatron's num_tokens); row_loss_tokens:
+//     the same over the whole rows (all CP ranks' tokens; equal to loss_tokens without CP).
 // Under context parallelism (`split` of size CP > 1) the [b, s] tensors hold this rank's s = S / CP tokens of
 // each row (chunks r and 2CP-1-r, in that order), cut after the masks and positions were computed on the
 // whole rows; cu_seqlens keeps describing the whole rows (the attention core derives each chunk's view).
@@ -23,7 +24,7 @@ namespace megatron::trainer {
 
 struct HostMicroBatch {
   Tensor tokens, labels, loss_mask, position_ids, cu_seqlens;
-  double loss_tokens = 0;
+  double loss_tokens = 0, row_loss_tokens = 0;
 };
 
 HostMicroBatch make_host_micro_batch(const Tensor& samples, int64_t eod, const data::DocumentFlags& flags,
