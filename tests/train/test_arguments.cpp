@@ -188,6 +188,18 @@ TEST(Validate, PipelineFlagsResolveAndEveryPipelineRuleIsChecked) {
 // Context-parallel flags: the types (one, or one per layer; both spellings of all_gather), the hierarchical
 // sizes a2a+p2p needs (refused without them: Megatron Bridge silently ran such a job without CP), the heads
 // the all-to-all splits, and the sequence's divisibility.
+TEST(Validate, SftRefusesWhatItCannotDoYet) {
+  Arguments ok = pipeline_args(1, {"--sft", "--tokenizer-type", "SFTTokenizer", "--tokenizer-model", "t"});
+  ok.data.mock_data = false;
+  ok.data.data_path = {"c.jsonl"};
+  ok.training.device = "cpu";
+  EXPECT_NO_THROW(resolve_and_validate(ok));
+  Arguments bad = pipeline_args(2, {"--sft", "--pipeline-model-parallel-size", "2", "--device", "cuda"});
+  expect_error([&] { resolve_and_validate(bad); },
+               {"--sft packs conversations", "--pipeline-model-parallel-size 1", "--sft on CUDA",
+                "--data-path FILE.jsonl", "--tokenizer-type (SFTTokenizer"});
+}
+
 TEST(Validate, ContextParallelRulesAreChecked) {
   Arguments a = pipeline_args(8, {"--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
                                   "--hierarchical-context-parallel-sizes", "2", "2"});

@@ -222,6 +222,10 @@ struct DataArguments {
   bool reset_position_ids = false;
   bool reset_attention_mask = false;
   bool eod_mask_loss = false;
+  // Supervised fine-tuning (data/sft/sft_dataset.h): --data-path names a jsonl of conversations, tokenised
+  // with the chat format --sft-tokenizer-prompt-format and packed; loss on the assistant tokens only.
+  bool sft = false;
+  std::string sft_tokenizer_prompt_format = "nemotron-h-aligned";  // Megatron's default
   std::string yaml_cfg;                 // --yaml-cfg: the flags came from this file (train/yaml_config.h)
   std::string tiktoken_pattern = "v2";  // TikTokenizer (as preprocess_data)
   int64_t tiktoken_num_special_tokens = 0;

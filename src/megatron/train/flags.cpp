@@ -347,10 +347,16 @@ std::vector<FlagSpec> data_flags() {
       flag("--reset-attention-mask", &A::data, &D::reset_attention_mask,
            "tokens attend only inside their own document: a sequence's documents end at its EOD tokens (docs/data.md)"),
       flag("--eod-mask-loss", &A::data, &D::eod_mask_loss, "no loss on end-of-document tokens (docs/data.md)"),
+      flag("--sft", &A::data, &D::sft,
+           "supervised fine-tuning: --data-path is a jsonl of conversations, packed, loss on assistant tokens "
+           "(docs/data.md)"),
+      flag("--sft-tokenizer-prompt-format", &A::data, &D::sft_tokenizer_prompt_format,
+           "--sft chat format; default: the tokenizer's chat_template recognised as llama3 or chatml (docs/data.md)",
+           {"nemotron-h-aligned", "default", "identity", "llama3", "chatml"}),
       flag("--tokenizer-type", &A::data, &D::tokenizer_type,
            "tokenizer (Llama3Tokenizer: Llama 3's tiktoken tokenizer.model with its pattern and 256 special tokens; "
            "Llama2Tokenizer: a sentencepiece model, as GPTSentencePieceTokenizer)",
-           {"GPT2BPETokenizer", "HuggingFaceTokenizer", "TikTokenizer", "Llama3Tokenizer", "SentencePieceTokenizer",
+           {"GPT2BPETokenizer", "HuggingFaceTokenizer", "SFTTokenizer", "TikTokenizer", "Llama3Tokenizer", "SentencePieceTokenizer",
             "GPTSentencePieceTokenizer", "Llama2Tokenizer", "NullTokenizer"}),
       flag("--tiktoken-pattern", &A::data, &D::tiktoken_pattern, "TikTokenizer: the pre-tokenisation pattern", {"v1", "v2"}),
       flag("--tiktoken-num-special-tokens", &A::data, &D::tiktoken_num_special_tokens,

@@ -22,15 +22,20 @@
 
 namespace megatron::trainer {
 
+// What a sample row holds: seq_len + 1 tokens (GPTDataset), or a packed conversation row of the SFT dataset
+// (data/sft/sft_packing.h: the seq_len + 1 tokens, then their tags).
+enum class SampleLayout { Tokens, PackedConversations };
+
 class SampleStream {
  public:
   using Reader = std::function<void(int64_t index, std::span<int64_t> tokens)>;
   SampleStream() = default;
   // `eod`: the dataset's end-of-document token (the document flags find documents by it).
-  SampleStream(Reader read, int64_t size, int64_t width, int64_t eod = -1)
-      : read_(std::move(read)), size_(size), width_(width), eod_(eod) {}
+  SampleStream(Reader read, int64_t size, int64_t width, int64_t eod = -1, SampleLayout layout = SampleLayout::Tokens)
+      : read_(std::move(read)), size_(size), width_(width), eod_(eod), layout_(layout) {}
   bool available() const { return read_ && size_ > 0; }
   int64_t eod() const { return eod_; }
+  SampleLayout layout() const { return layout_; }
   int64_t size() const { return size_; }
   // The next n samples (wrapping around the split); `host` is the CPU allocator for the result.
   Tensor next(int64_t n, Allocator& host);
@@ -47,6 +52,7 @@ class SampleStream {
  private:
   Reader read_;
   int64_t size_ = 0, width_ = 0, eod_ = -1;
+  SampleLayout layout_ = SampleLayout::Tokens;
   int64_t consumed_ = 0;
 };
 

@@ -30,4 +30,10 @@ struct HostMicroBatch {
 HostMicroBatch make_host_micro_batch(const Tensor& samples, int64_t eod, const data::DocumentFlags& flags,
                                      const parallel::SequenceSplit& split, Allocator& host);
 
+// The same from packed conversation rows (--sft; data/sft/sft_packing.h: [b, 2 (S + 1)], the S + 1 tokens then
+// their tags): every conversation (and the padding after the last) is a document of cu_seqlens, positions
+// restart at 0 in each, and a label counts when its token is trained and belongs to the input's conversation.
+// position_ids and cu_seqlens are always defined; the CP cut is as above.
+HostMicroBatch make_packed_host_micro_batch(const Tensor& rows, const parallel::SequenceSplit& split, Allocator& host);
+
 }  // namespace megatron::trainer

@@ -108,14 +108,15 @@ void Trainer::setup() {
   const int64_t s = local_seq(), b = t.micro_batch_size;
   loss_mask_ = ctx_.empty(Shape{b, s}, DType::F32);
   ops::fill(ctx_, loss_mask_, 1.0);
-  MEGATRON_CHECK(!(ctx_.is_cuda() && args_.data.reset_attention_mask),
-                 "--reset-attention-mask on CUDA: the document-masked (packed) attention has a CPU implementation only "
-                 "so far (cuDNN's ragged-offset path is not written yet); train on --device cpu or drop the flag");
-  document_flags_ = {.reset_position_ids = args_.data.reset_position_ids,
-                     .reset_attention_mask = args_.data.reset_attention_mask,
+  const bool sft = args_.data.sft;  // packed conversations: documents and a loss mask in every micro-batch
+  MEGATRON_CHECK(!(ctx_.is_cuda() && (args_.data.reset_attention_mask || sft)),
+                 "--reset-attention-mask or --sft on CUDA: the document-masked (packed) attention has a CPU "
+                 "implementation only so far (cuDNN's ragged-offset path is not written yet); train on --device cpu");
+  document_flags_ = {.reset_position_ids = args_.data.reset_position_ids || sft,
+                     .reset_attention_mask = args_.data.reset_attention_mask || sft,
                      .eod_mask_loss = args_.data.eod_mask_loss};
   per_token_loss_ = t.calculate_per_token_loss;
-  token_weighted_ = per_token_loss_ || document_flags_.eod_mask_loss;
+  token_weighted_ = per_token_loss_ || document_flags_.eod_mask_loss || sft;
 }
 
 nn::ParameterList Trainer::parameters() const {
@@ -144,7 +145,10 @@ int64_t Trainer::local_seq() const { return args_.model.seq_length / parallel_->
 HostMicroBatch Trainer::prepare_micro_batch(SampleStream& data) {
   const Tensor samples = next_micro_batch(data);
   // Context parallelism: this rank's chunks of each sequence (Megatron's get_batch_on_this_cp_rank).
-  const parallel::SequenceSplit split{parallel_->cp_size(), parallel_->cp().rank(), samples.dim(1) - 1};
+  const bool packed = data.layout() == SampleLayout::PackedConversations;
+  const parallel::SequenceSplit split{parallel_->cp_size(), parallel_->cp().rank(),
+                                      packed ? samples.dim(1) / 2 - 1 : samples.dim(1) - 1};
+  if (packed) return make_packed_host_micro_batch(samples, split, host_);
   return make_host_micro_batch(samples, data.eod(), document_flags_, split, host_);
 }
 
