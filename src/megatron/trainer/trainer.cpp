@@ -277,6 +277,12 @@ Trainer::MicroBatchLosses Trainer::run_micro_batches(SampleStream& data, int64_t
       ddp_->prefetch_params(ctx_, l, /*forward=*/true);
     };
     every.after_forward = [this](const nn::ParameterList& l) { ddp_->release_params(ctx_, l); };
+    // A recomputed forward runs inside backward: the layer's own backward comes next (keep its values), and the
+    // next layer in forward order has finished its backward (prefetch nothing).
+    every.before_recompute = [this](const nn::ParameterList& l) { ddp_->acquire_params(ctx_, l); };
+    every.after_recompute = [this](const nn::ParameterList& l) {
+      ddp_->release_params(ctx_, l, /*keep_values=*/true);
+    };
     every.before_backward = [this](const nn::ParameterList& l) {
       ddp_->acquire_params(ctx_, l);
       ddp_->prefetch_params(ctx_, l, /*forward=*/false);
