@@ -153,6 +153,7 @@ class Trainer {
   Tensor next_micro_batch(SampleStream& data);
   // The schedule over `num_micro_batches` micro-batches of `data`; returns each micro-batch's loss.
   MicroBatchLosses run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only, int num_micro_batches);
+  nn::ParamHooks fsdp_hooks();
   // The mean of the micro-batch losses (the last stage's), averaged over DP; every rank gets the same value.
   // With the document flags or the per-token loss, Megatron's token-weighted mean instead: sum(loss x tokens)
   // over micro-batches and DP x CP, divided by the tokens.
