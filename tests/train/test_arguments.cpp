@@ -188,6 +188,18 @@ TEST(Validate, PipelineFlagsResolveAndEveryPipelineRuleIsChecked) {
 // Context-parallel flags: the types (one, or one per layer; both spellings of all_gather), the hierarchical
 // sizes a2a+p2p needs (refused without them: Megatron Bridge silently ran such a job without CP), the heads
 // the all-to-all splits, and the sequence's divisibility.
+TEST(Validate, SftRefusesWhatItCannotDoYet) {
+  Arguments ok = pipeline_args(1, {"--sft", "--tokenizer-type", "SFTTokenizer", "--tokenizer-model", "t"});
+  ok.data.mock_data = false;
+  ok.data.data_path = {"c.jsonl"};
+  ok.training.device = "cpu";
+  EXPECT_NO_THROW(resolve_and_validate(ok));
+  Arguments bad = pipeline_args(2, {"--sft", "--pipeline-model-parallel-size", "2", "--device", "cuda"});
+  expect_error([&] { resolve_and_validate(bad); },
+               {"--sft packs conversations", "--pipeline-model-parallel-size 1", "--sft on CUDA",
+                "--data-path FILE.jsonl", "--tokenizer-type (SFTTokenizer"});
+}
+
 TEST(Validate, ContextParallelRulesAreChecked) {
   Arguments a = pipeline_args(8, {"--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
                                   "--hierarchical-context-parallel-sizes", "2", "2"});
@@ -235,6 +247,20 @@ TEST(Flops, MegatronFormulaEqualsAnIndependentCount) {
     double independent = flops_by_layer_shapes(a, 32);
     EXPECT_NEAR(ours / independent, 1.0, 1e-12) << "swiglu " << swiglu;
   }
+}
+
+// Packed documents count only their own attention scores: the sum of squared document lengths replaces
+// B s^2 in the attention term (6 n d L per squared token), the rest of the formula unchanged.
+TEST(Flops, PackedDocumentsCountOnlyTheirOwnAttention) {
+  Arguments a = parse_arguments({"--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8",
+                                 "--seq-length", "1024", "--train-iters", "1", "--lr", "1", "--mock-data",
+                                 "--vocab-size", "32000"});
+  resolve_and_validate(a);
+  const double whole = num_floating_point_operations(a, 2);
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(a, 2, 2.0 * 1024 * 1024), whole);  // one document per row
+  const double documents = 2 * (512.0 * 512 + 256.0 * 256 * 2);                       // 3 documents per row
+  const double n_d_L = 8.0 * 32 * 4;
+  EXPECT_DOUBLE_EQ(whole - num_floating_point_operations(a, 2, documents), 6 * n_d_L * (2.0 * 1024 * 1024 - documents));
 }
 
 }  // namespace

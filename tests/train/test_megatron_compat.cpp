@@ -119,10 +119,10 @@ TEST(CompatFlags, NoOpsAreAcceptedAndRefusalsNameWhatToUse) {
   EXPECT_EQ(ok.fp8.fp8_format, "hybrid") << "--fp8 is the guides' spelling of --fp8-format";
   testing::expect_error([] { parse_arguments(tiny({"--transformer-impl", "te"})); }, {"--transformer-impl 'te'", "local"});
   testing::expect_error([] { resolved({"--train-iters", "3", "--tensorboard-dir", "tb", "--ckpt-format", "torch",
-                                       "--calculate-per-token-loss", "--position-embedding-type", "learned_absolute",
+                                       "--dynamic-context-parallel", "--position-embedding-type", "learned_absolute",
                                        "--no-position-embedding"}); },
                         {"--tensorboard-dir tb: TensorBoard event files are not implemented", "--ckpt-format torch:",
-                         "use --ckpt-format torch_dist", "--calculate-per-token-loss:",
+                         "use --ckpt-format torch_dist", "--dynamic-context-parallel:",
                          "--no-position-embedding is deprecated"});
   bool found_refused = false, found_noop = false;
   for (const FlagStatusRow& row : flag_statuses()) {

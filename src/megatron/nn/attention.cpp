@@ -3,11 +3,30 @@
 #include <utility>
 
 #include "megatron/ops/attention/attention.h"
+#include "megatron/ops/attention/attention_varlen.h"
 #include "megatron/ops/attention/cached_attention.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/ops/qkv/qkv.h"
+#include "megatron/parallel/cp_packed_attention.h"
 
 namespace megatron::nn {
+
+namespace {
+
+// Tokens with positions of their own ([b, s]: --reset-position-ids) rotate as one row of b * s tokens, so
+// that RoPE's per-token positions ([S]) fit: x [b, s, ...] seen as [1, b * s, ...].
+Tensor one_row(const Tensor& x, bool per_token) {
+  if (!per_token) return x;
+  std::vector<int64_t> dims = x.shape().dims();
+  dims[1] *= dims[0];
+  dims[0] = 1;
+  return x.view(dims);
+}
+
+// A [b, s, heads, d] tensor as the packed attention's [b * s, heads, d] token rows.
+Tensor token_rows(const Tensor& x) { return x.view({x.dim(0) * x.dim(1), x.dim(2), x.dim(3)}); }
+
+}  // namespace
 
 SelfAttention::SelfAttention(Context& ctx, const std::string& name, const TransformerConfig& config,
                              const parallel::TensorParallel& tp, const parallel::ContextParallel& cp, int layer)
@@ -68,8 +87,39 @@ void SelfAttention::forward_cached(Context& ctx, const Tensor& out, const Tensor
   linear_forward(ctx, out, core.view({b, s, n_ * d_}), linear_proj.weight, &linear_proj.bias);
 }
 
+void SelfAttention::core_forward(Context& ctx, AttentionSaved& saved) const {
+  if (cp_.enabled() && saved.cu_seqlens.defined()) {
+    saved.cp = parallel::cp_packed_attention_forward(ctx, cp_, saved.out, std::exchange(saved.q, Tensor()),
+                                                     std::exchange(saved.k, Tensor()), std::exchange(saved.v, Tensor()),
+                                                     saved.cu_seqlens, core_options());
+  } else if (cp_.enabled()) {
+    cp_forward(ctx, saved, std::exchange(saved.q, Tensor()), std::exchange(saved.k, Tensor()),
+               std::exchange(saved.v, Tensor()));
+  } else if (saved.cu_seqlens.defined()) {
+    ops::attention_forward_varlen(ctx, token_rows(saved.out), saved.stats, token_rows(saved.q), token_rows(saved.k),
+                                  token_rows(saved.v), saved.cu_seqlens, saved.cu_seqlens, core_options());
+  } else {
+    ops::attention_forward(ctx, saved.out, saved.stats, saved.q, saved.k, saved.v, core_options());
+  }
+}
+
+void SelfAttention::core_backward(Context& ctx, AttentionSaved& a, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                  const Tensor& dattn) const {
+  const ops::AttentionOptions options = core_options();
+  if (a.cp && a.cu_seqlens.defined())
+    parallel::cp_packed_attention_backward(ctx, cp_, std::move(*a.cp), dq, dk, dv, dattn, a.cu_seqlens, options);
+  else if (a.cp)
+    parallel::cp_attention_backward(ctx, cp_, cp_type_, std::move(*a.cp), dq, dk, dv, dattn, options);
+  else if (a.cu_seqlens.defined())
+    ops::attention_backward_varlen(ctx, token_rows(dq), token_rows(dk), token_rows(dv), token_rows(dattn),
+                                   token_rows(a.q), token_rows(a.k), token_rows(a.v), token_rows(a.out), a.stats,
+                                   a.cu_seqlens, a.cu_seqlens, options);
+  else
+    ops::attention_backward(ctx, dq, dk, dv, dattn, a.q, a.k, a.v, a.out, a.stats, options);
+}
+
 AttentionSaved SelfAttention::forward(Context& ctx, const Tensor& out, const Tensor& x, int64_t seq, KvCache* cache,
-                                      int64_t position, const Tensor& positions) const {
+                                      int64_t position, const Tensor& positions, const Tensor& cu_seqlens) const {
   if (seq == 0) {
     MEGATRON_CHECK(x.rank() == 3, "SelfAttention: x ", x.describe(), " must be [b, s, h] when no sequence length is given");
     seq = x.dim(1);
@@ -88,8 +138,10 @@ AttentionSaved SelfAttention::forward(Context& ctx, const Tensor& out, const Ten
   }
 
   saved.out = ctx.empty({b, s, n_, d_}, dt);
-  if (!cp_.enabled()) saved.stats = ctx.empty({b, n_, s, 1}, DType::F32);  // under CP the core makes its own
-  if (packed()) {  // MHA without RoPE: the attention reads q, k, v inside the fused projection's output
+  saved.cu_seqlens = cu_seqlens;
+  // Under CP the core makes its own statistics; packed documents keep them as [n, b * s].
+  if (!cp_.enabled()) saved.stats = ctx.empty(cu_seqlens.defined() ? Shape{n_, b * s} : Shape{b, n_, s, 1}, DType::F32);
+  if (packed() && !cu_seqlens.defined()) {  // MHA without RoPE: q, k, v read inside the fused projection's output
     saved.qkv = qkv;
     ops::attention_forward_packed(ctx, saved.out, saved.stats, qkv, {.causal = true});
   } else {
@@ -98,12 +150,10 @@ AttentionSaved SelfAttention::forward(Context& ctx, const Tensor& out, const Ten
     saved.k = ctx.empty({b, s, g_, d_}, dt);
     saved.v = ctx.empty({b, s, g_, d_}, dt);
     saved.positions = positions;
-    ops::split_qkv_forward(ctx, saved.q, saved.k, saved.v, qkv, rope(0, positions));
-    if (cp_.enabled())
-      cp_forward(ctx, saved, std::exchange(saved.q, Tensor()), std::exchange(saved.k, Tensor()),
-                 std::exchange(saved.v, Tensor()));
-    else
-      ops::attention_forward(ctx, saved.out, saved.stats, saved.q, saved.k, saved.v, {.causal = true});
+    const bool per_token = positions.rank() == 2;
+    ops::split_qkv_forward(ctx, one_row(saved.q, per_token), one_row(saved.k, per_token), one_row(saved.v, per_token),
+                           one_row(qkv, per_token), rope(0, per_token ? positions.view({b * s}) : positions));
+    core_forward(ctx, saved);
   }
   saved.proj_input = linear_proj.forward(ctx, out, saved.out.view({b, s, n_ * d_}));
   return saved;
@@ -120,16 +170,15 @@ void SelfAttention::backward(Context& ctx, AttentionSaved&& saved, const Tensor&
   linear_proj.backward(ctx, std::move(a.proj_input), dattn.view({b, s, n_ * d_}), dout);
 
   Tensor dqkv = ctx.empty({b, s, g_ * (r + 2) * d_}, dt);
-  if (packed()) {
+  if (a.qkv.defined()) {
     ops::attention_backward_packed(ctx, dqkv, dattn, a.qkv, a.out, a.stats, options);
   } else {
     Tensor dq = ctx.empty({b, s, n_, d_}, dt), dk = ctx.empty({b, s, g_, d_}, dt), dv = ctx.empty({b, s, g_, d_}, dt);
-    if (a.cp)
-      parallel::cp_attention_backward(ctx, cp_, cp_type_, std::move(*a.cp), dq, dk, dv, dattn, options);
-    else
-      ops::attention_backward(ctx, dq, dk, dv, dattn, a.q, a.k, a.v, a.out, a.stats, options);
+    core_backward(ctx, a, dq, dk, dv, dattn);
     // Rotate dq and dk back and pack the three into the fused layout (the split's transpose).
-    ops::merge_qkv_backward(ctx, dqkv, dq, dk, dv, rope(0, a.positions));
+    const bool per_token = a.positions.rank() == 2;
+    ops::merge_qkv_backward(ctx, one_row(dqkv, per_token), one_row(dq, per_token), one_row(dk, per_token),
+                            one_row(dv, per_token), rope(0, per_token ? a.positions.view({b * s}) : a.positions));
   }
   a = AttentionSaved{.qkv_input = std::move(a.qkv_input)};  // the attention's tensors are no longer needed
   linear_qkv.backward(ctx, std::move(a.qkv_input), dx, dqkv);

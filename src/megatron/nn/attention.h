@@ -31,6 +31,11 @@
 //   load-balanced split of parallel/context_parallel.h), `positions` their positions; q, k, v are split as
 //   usual and the attention core runs across the CP group with the layer's communication type
 //   (parallel/cp_attention.h). Everything else is token by token and unchanged. Not with a KvCache.
+// Documents (trainer/micro_batch.h): `positions` [b, s] gives every token its own RoPE position
+//   (--reset-position-ids), and `cu_seqlens` (host I64, the documents of the b whole rows as offsets into their
+//   b * S tokens) keeps attention inside each document (--reset-attention-mask): the rows are attended as one
+//   packed sequence of documents (ops/attention/attention_varlen.h), no score computed across documents;
+//   under context parallelism by parallel/cp_packed_attention.h.
 #pragma once
 
 #include <optional>
@@ -54,6 +59,7 @@ struct AttentionSaved {
   // and the tokens' positions for RoPE's backward.
   std::optional<parallel::CpAttentionSaved> cp;
   Tensor positions;
+  Tensor cu_seqlens;          // documents: the packed attention's offsets (stats are then [n, b * s])
 };
 
 // One layer's keys and values for generation: k, v [B, max_length, g, d]; positions before the current call's
@@ -72,7 +78,7 @@ class SelfAttention {
   void init(Context& ctx, const TransformerConfig& config);
   [[nodiscard]] AttentionSaved forward(Context& ctx, const Tensor& out, const Tensor& x, int64_t seq = 0,
                                        KvCache* cache = nullptr, int64_t position = 0,
-                                       const Tensor& positions = Tensor()) const;
+                                       const Tensor& positions = Tensor(), const Tensor& cu_seqlens = Tensor()) const;
   void backward(Context& ctx, AttentionSaved&& saved, const Tensor& dx, const Tensor& dout);
   void collect_parameters(ParameterList& out);
 
@@ -85,6 +91,10 @@ class SelfAttention {
   // The generation path of forward(): new tokens' keys and values into the cache, attention over it.
   void forward_cached(Context& ctx, const Tensor& out, const Tensor& qkv, KvCache& cache, int64_t position) const;
   bool packed() const { return g_ == n_ && !rope_ && !cp_.enabled(); }
+  // The attention core on split q, k, v (saved's): causal over whole rows, packed documents, or across CP.
+  void core_forward(Context& ctx, AttentionSaved& saved) const;
+  void core_backward(Context& ctx, AttentionSaved& a, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     const Tensor& dattn) const;
   // The context-parallel attention core: saved.out assigned, the core's tensors into saved.cp.
   void cp_forward(Context& ctx, AttentionSaved& saved, Tensor q, Tensor k, Tensor v) const;
   ops::AttentionOptions core_options() const { return {.causal = true, .deterministic = deterministic_}; }

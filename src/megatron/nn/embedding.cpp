@@ -44,7 +44,8 @@ Tensor LanguageModelEmbedding::position_ids(Context& ctx, int64_t batch, int64_t
 }
 
 EmbeddingSaved LanguageModelEmbedding::forward(Context& ctx, const Tensor& out, const Tensor& tokens, bool training,
-                                               uint64_t dropout_offset, int64_t position_offset) const {
+                                               uint64_t dropout_offset, int64_t position_offset,
+                                               const Tensor& given_position_ids) const {
   MEGATRON_CHECK(tokens.rank() == 2, "LanguageModelEmbedding: tokens must be [b, s], got ", tokens.describe());
   const int64_t b = tokens.dim(0), s = tokens.dim(1), T = b * s, h = word_embeddings.weight.value.dim(1);
   const int64_t rows = tp_.sp_rows(T), first = tp_.sp_row_offset(T);
@@ -60,7 +61,11 @@ EmbeddingSaved LanguageModelEmbedding::forward(Context& ctx, const Tensor& out, 
     const int64_t last = position_offset + s * cp_.size();
     MEGATRON_CHECK(last <= position_embeddings.value.dim(0), "LanguageModelEmbedding: positions up to ", last,
                    " exceed --max-position-embeddings ", position_embeddings.value.dim(0));
-    saved.position_ids = position_ids(ctx, b, s, position_offset);
+    MEGATRON_CHECK(!given_position_ids.defined() ||
+                       (given_position_ids.shape() == tokens.shape() && position_offset == 0),
+                   "LanguageModelEmbedding: position ids ", given_position_ids.describe(), " must be [b, s] like tokens ",
+                   tokens.describe(), " (and no position offset)");
+    saved.position_ids = given_position_ids.defined() ? given_position_ids : position_ids(ctx, b, s, position_offset);
     Tensor pos = ctx.empty(out.shape(), out.dtype());
     const Tensor ids = saved.position_ids.view({T}).slice(first, first + rows);  // this rank's rows
     ops::embedding_forward(ctx, pos.view({rows, h}), position_embeddings.value, ids);

@@ -13,7 +13,9 @@
 //   dropout is Philox (config.seed, dropout_offset) addressed by the element's index in the whole micro-batch
 //   (nn/dropout_rows.h), so the mask of every element is the one-rank mask whatever the layout; no dropout
 //   when !training. Under context parallelism tokens holds this rank's tokens of each sequence and the
-//   learned positions are their original positions (parallel/context_parallel.h's split).
+//   learned positions are their original positions (parallel/context_parallel.h's split). `position_ids`
+//   ([b, s] I64 on the device, optional): each token's position instead (--reset-position-ids: positions
+//   restart in every document); position_offset must then be 0.
 //   Returns what backward needs (the token and position ids, the dropout addressing). Position ids are a
 //   workspace cached per (b, s).
 // backward(ctx, saved, dout): dout like out. word.main_grad += scatter of dropout'(dout) by token (deterministic; this
@@ -46,7 +48,8 @@ class LanguageModelEmbedding {
 
   void init(Context& ctx);
   [[nodiscard]] EmbeddingSaved forward(Context& ctx, const Tensor& out, const Tensor& tokens, bool training,
-                                       uint64_t dropout_offset, int64_t position_offset = 0) const;
+                                       uint64_t dropout_offset, int64_t position_offset = 0,
+                                       const Tensor& position_ids = Tensor()) const;
   void backward(Context& ctx, EmbeddingSaved&& saved, const Tensor& dout);
   void collect_parameters(ParameterList& out);
 

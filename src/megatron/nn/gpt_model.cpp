@@ -163,7 +163,8 @@ ResidualStream GPTModel::embed(Context& ctx, StageSaved& saved, const StageInput
   const int64_t T = saved.batch * saved.seq;
   Tensor embedded = ctx.empty({tp_.sp_rows(T), config_.hidden()}, config_.params_dtype);
   call_hook(options.hooks.before_forward, embedding_group_);
-  EmbeddingSaved e = embedding.forward(ctx, embedded, input.tokens, options.training, offset, options.position);
+  EmbeddingSaved e = embedding.forward(ctx, embedded, input.tokens, options.training, offset, options.position,
+                                       input.position_ids);
   call_hook(options.hooks.after_forward, embedding_group_);
   if (options.training) saved.embedding = std::move(e);
   return ResidualStream{embedded, Tensor()};
@@ -188,7 +189,7 @@ StageOutput GPTModel::forward(Context& ctx, const StageInput& input, const Forwa
 
   ResidualStream stream = layout_.pre_process ? embed(ctx, saved, input, options, offset)
                                               : ResidualStream{input.hidden.view({rows, config_.hidden()}), Tensor()};
-  stream = layers_forward(ctx, saved, std::move(stream), options, offset);
+  stream = layers_forward(ctx, saved, std::move(stream), input, options, offset);
   if (layout_.post_process && !input.labels.defined()) {
     out.logits = logits_forward(ctx, saved, stream, options.hooks);
     if (!options.training) saved.head.reset();
@@ -203,10 +204,10 @@ StageOutput GPTModel::forward(Context& ctx, const StageInput& input, const Forwa
   return out;
 }
 
-ResidualStream GPTModel::layers_forward(Context& ctx, StageSaved& saved, ResidualStream stream,
+ResidualStream GPTModel::layers_forward(Context& ctx, StageSaved& saved, ResidualStream stream, const StageInput& input,
                                       const ForwardOptions& options, uint64_t offset) const {
   saved.layers.reserve(layers.size());
-  const Tensor positions = token_positions(ctx, saved.seq);
+  const Tensor positions = input.position_ids.defined() ? input.position_ids : token_positions(ctx, saved.seq);
   // Full recomputation: the units whose layers keep only the unit's input and their passes.
   const std::vector<std::pair<int, int>> units =
       options.training ? config_.recompute.units(int(layers.size())) : std::vector<std::pair<int, int>>();
@@ -218,6 +219,7 @@ ResidualStream GPTModel::layers_forward(Context& ctx, StageSaved& saved, Residua
                          .dropout_offset = offset + 1 + TransformerLayer::kDropoutSites * global,
                          .seq = saved.seq,
                          .positions = positions,
+                         .cu_seqlens = input.cu_seqlens,
                          .kv_cache = options.kv_caches ? &(*options.kv_caches)[i] : nullptr,
                          .position = options.position,
                          // The router losses enter the gradient as the main loss does, and CP ranks hold

@@ -108,6 +108,11 @@ struct StageInput {
   Tensor hidden;               // other stages: the previous stage's output
   int64_t batch = 0, seq = 0;  // b and s (taken from tokens when given)
   Tensor labels, loss_mask;    // last stage: [b, s]
+  // Documents inside the rows (trainer/micro_batch.h), on every stage that has them: position_ids [b, s] I64 on
+  // the device (--reset-position-ids: positions restart after each EOD; learned positions and RoPE use them),
+  // cu_seqlens host I64 [N + 1] (--reset-attention-mask: the documents of the b whole rows as offsets into
+  // their b * S tokens; attention stays inside each).
+  Tensor position_ids, cu_seqlens;
 };
 
 struct ForwardOptions {
@@ -220,8 +225,8 @@ class GPTModel {
   Tensor logits_forward(Context& ctx, StageSaved& saved, const ResidualStream& stream, const ParamHooks& hooks) const;
   // The stage's layers on `stream`, keeping what the backward needs in saved.layers (saved.recomputed for the
   // full recomputation's units); returns the last layer's output stream.
-  ResidualStream layers_forward(Context& ctx, StageSaved& saved, ResidualStream stream, const ForwardOptions& options,
-                                uint64_t offset) const;
+  ResidualStream layers_forward(Context& ctx, StageSaved& saved, ResidualStream stream, const StageInput& input,
+                                const ForwardOptions& options, uint64_t offset) const;
   // Full recomputation: when the backward reaches layer `last` and it ends a unit, the unit's forwards run again
   // from its saved input, filling in its layers' saved state.
   void recompute_unit_ending_at(Context& ctx, StageSaved& s, size_t last, const ParamHooks& hooks) const;

@@ -60,7 +60,8 @@ struct LayerPass {
   bool training = false;
   uint64_t dropout_offset = 0;
   int64_t seq = 0;
-  Tensor positions;
+  Tensor positions;   // [s] shared by the rows (context parallelism), or [b, s] (--reset-position-ids)
+  Tensor cu_seqlens;  // host I64: the micro-batch's documents (--reset-attention-mask; attention.h)
   KvCache* kv_cache = nullptr;
   int64_t position = 0;
   double moe_loss_grad_scale = 1.0;  // MoE layers: the router losses' gradient scale (moe_router.h)

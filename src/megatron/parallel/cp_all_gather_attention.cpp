@@ -6,10 +6,16 @@
 namespace megatron::parallel {
 namespace {
 
-// Rank j's local rows [0, c) and [c, 2c) are chunks j and 2P-1-j of the whole sequence.
+void check_shapes(const Tensor& q, const Tensor& k, const ops::AttentionOptions& options) {
+  MEGATRON_CHECK(options.causal, "all-gather context-parallel attention computes causal attention");
+  MEGATRON_CHECK(q.rank() == 4 && k.rank() == 4 && q.dim(1) == k.dim(1) && q.dim(1) % 2 == 0, "all-gather attention: q ",
+                 q.describe(), " and k ", k.describe(), " must hold the same even number of tokens (two chunks)");
+}
+
+}  // namespace
+
 int64_t chunk_of(int rank, int half, int P) { return half == 0 ? rank : 2 * P - 1 - rank; }
 
-// The whole sequences' x ([B, S, G, D], natural order) from every rank's local x ([B, 2c, G, D]).
 Tensor gather_sequence(Context& ctx, comm::Communicator& group, const Tensor& x) {
   const int P = group.size();
   const int64_t c = x.dim(1) / 2;
@@ -22,7 +28,6 @@ Tensor gather_sequence(Context& ctx, comm::Communicator& group, const Tensor& x)
   return whole;
 }
 
-// Every rank's sum of `whole` ([B, S, G, D]) over the group, at its own chunks: out [B, 2c, G, D].
 void reduce_scatter_sequence(Context& ctx, comm::Communicator& group, const Tensor& out, const Tensor& whole) {
   const int P = group.size();
   const int64_t c = out.dim(1) / 2;
@@ -32,14 +37,6 @@ void reduce_scatter_sequence(Context& ctx, comm::Communicator& group, const Tens
       ops::copy_slices(ctx, by_rank.select(j), half * c, whole, chunk_of(j, half, P) * c, c, kSeqDim);
   group.reduce_scatter(out, by_rank, comm::ReduceOp::Sum, ctx.stream());
 }
-
-void check_shapes(const Tensor& q, const Tensor& k, const ops::AttentionOptions& options) {
-  MEGATRON_CHECK(options.causal, "all-gather context-parallel attention computes causal attention");
-  MEGATRON_CHECK(q.rank() == 4 && k.rank() == 4 && q.dim(1) == k.dim(1) && q.dim(1) % 2 == 0, "all-gather attention: q ",
-                 q.describe(), " and k ", k.describe(), " must hold the same even number of tokens (two chunks)");
-}
-
-}  // namespace
 
 void all_gather_attention_forward(Context& ctx, comm::Communicator& group, const Tensor& out, const Tensor& stats,
                                   const Tensor& q, const Tensor& k, const Tensor& v,

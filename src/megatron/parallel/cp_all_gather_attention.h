@@ -16,6 +16,13 @@
 
 namespace megatron::parallel {
 
+// Rank j's local rows [0, c) and [c, 2c) are chunks chunk_of(j, 0, P) = j and chunk_of(j, 1, P) = 2P-1-j.
+int64_t chunk_of(int rank, int half, int P);
+// The whole sequences' x ([B, S, G, D], natural order) from every rank's local x ([B, 2c, G, D]).
+Tensor gather_sequence(Context& ctx, comm::Communicator& group, const Tensor& x);
+// Every rank's sum of `whole` ([B, S, G, D]) over the group, at its own chunks: out [B, 2c, G, D], assigned.
+void reduce_scatter_sequence(Context& ctx, comm::Communicator& group, const Tensor& out, const Tensor& whole);
+
 void all_gather_attention_forward(Context& ctx, comm::Communicator& group, const Tensor& out, const Tensor& stats,
                                   const Tensor& q, const Tensor& k, const Tensor& v,
                                   const ops::AttentionOptions& options);

@@ -131,6 +131,8 @@ void Executor::forward(size_t i, const Step& s) {
     const nn::StageInput& d = data(s.microbatch, i, s);
     if (layout.pre_process) in.tokens = d.tokens;
     if (layout.post_process) in.labels = d.labels, in.loss_mask = d.loss_mask;
+    in.position_ids = d.position_ids;
+    in.cu_seqlens = d.cu_seqlens;
   }
   if (!layout.pre_process) in.hidden = take_received(inputs_, key, i, s, "input hidden state");
   nn::ForwardOptions options = run_.options(s.microbatch);

@@ -297,6 +297,31 @@ void context_parallel_violations(const Arguments& a, Violations& v) {
            " tokens are split over TP)");
 }
 
+// The document flags and the per-token loss: what they do not compose with yet, each with its reason.
+void document_violations(const Arguments& a, Violations& v) {
+  const DataArguments& d = a.data;
+  const bool positions_or_masks = d.reset_position_ids || d.reset_attention_mask;
+  v.need(!positions_or_masks || a.parallel.pipeline_model_parallel_size <= 1,
+         "--reset-position-ids and --reset-attention-mask need every layer's attention to know the documents, but the "
+         "middle pipeline stages read no data: use --pipeline-model-parallel-size 1 with them");
+  v.need(!d.reset_attention_mask || a.training.device != "cuda",
+         "--reset-attention-mask on CUDA: the document-masked (packed) attention has a CPU implementation only so far "
+         "(cuDNN's ragged-offset path is not written yet); train on --device cpu or drop the flag");
+  v.need(!d.sft || a.parallel.pipeline_model_parallel_size <= 1,
+         "--sft packs conversations as documents, which every layer's attention must know, but the middle pipeline "
+         "stages read no data: use --pipeline-model-parallel-size 1 with --sft");
+  v.need(!d.sft || a.training.device != "cuda",
+         "--sft on CUDA: the packed (document-masked) attention has a CPU implementation only so far (cuDNN's "
+         "ragged-offset path is not written yet); train on --device cpu");
+  v.need(!d.sft || (d.data_path.size() == 1 && !d.mock_data),
+         "--sft reads one jsonl file of conversations: give it as --data-path FILE.jsonl (no weights, no --mock-data)");
+  v.need(!d.sft || !d.tokenizer_type.empty(),
+         "--sft tokenises text: give --tokenizer-type (SFTTokenizer or HuggingFaceTokenizer) and --tokenizer-model");
+  v.need(!a.training.calculate_per_token_loss || a.moe.num_experts <= 0,
+         "--calculate-per-token-loss with --num-experts: the router losses' gradient scale under per-token loss is not "
+         "implemented here yet; drop one of the two");
+}
+
 void checkpoint_and_data_violations(const Arguments& a, Violations& v) {
   const CheckpointArguments& c = a.checkpoint;
   v.need(c.save_interval >= 0, "--save-interval must not be negative (got ", c.save_interval, ")");
@@ -311,6 +336,7 @@ void checkpoint_and_data_violations(const Arguments& a, Violations& v) {
   if (d.mock_data && m.vocab_size > 0)
     v.need(m.vocab_size >= 4096, "--mock-data draws token ids up to 4095 (Megatron's mock dataset), so --vocab-size ",
            m.vocab_size, " must be at least 4096");
+  document_violations(a, v);
 }
 
 }  // namespace

@@ -142,6 +142,9 @@ struct TrainingArguments {
   double loss_scale = 0;             // 0 = dynamic (fp16)
   double initial_loss_scale = 4294967296.0;
   bool deterministic_mode = false;
+  // --calculate-per-token-loss: each micro-batch's loss is its sum over tokens and the gradients are divided
+  // by the global batch's token count (over micro-batches and DP x CP) once, after their reduction.
+  bool calculate_per_token_loss = false;
   std::string device = "auto";       // auto | cpu | cuda
   int cpu_threads = 0;               // CPU kernels' threads; 0 = OMP_NUM_THREADS, else the node's cores / local ranks
   int log_interval = 100;
@@ -214,6 +217,15 @@ struct DataArguments {
   std::string merge_file;
   std::string tokenizer_model;
   std::string data_cache_path;
+  // Megatron's document flags (data/document_masks.h): positions restart after every EOD, attention stays
+  // inside each document, no loss on EOD tokens.
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
+  bool eod_mask_loss = false;
+  // Supervised fine-tuning (data/sft/sft_dataset.h): --data-path names a jsonl of conversations, tokenised
+  // with the chat format --sft-tokenizer-prompt-format and packed; loss on the assistant tokens only.
+  bool sft = false;
+  std::string sft_tokenizer_prompt_format = "nemotron-h-aligned";  // Megatron's default
   std::string yaml_cfg;                 // --yaml-cfg: the flags came from this file (train/yaml_config.h)
   std::string tiktoken_pattern = "v2";  // TikTokenizer (as preprocess_data)
   int64_t tiktoken_num_special_tokens = 0;

@@ -75,8 +75,12 @@ std::vector<FlagSpec> refused_flags() {
                                   "the log line (every --log-interval) has the same values; drop the flag";
   const std::string wandb = "Weights & Biases logging is not available in C++; the log line has the values (TensorBoard "
                             "files will be the way to plot them); drop the flag";
-  const std::string documents = std::string(kNotYet) + "documents are not separated inside a sequence (every token "
-                                "attends to the previous ones and counts in the loss); drop the flag";
+  // Megatron-Core's dynamic (hybrid) context parallelism: the plan and its model-level equivalence exist, the
+  // trainer does not run it yet.
+  const std::string dynamic_cp =
+      std::string(kNotYet) + "the training step runs one CP size for every micro-batch (the per-micro-batch CP plan "
+      "is parallel/dynamic_cp_schedule.h, docs/data.md); use a fixed --context-parallel-size. Megatron itself refuses "
+      "it with --pipeline-model-parallel-size > 1 and requires --calculate-per-token-loss";
   const std::string hydra = "a Hydra option of NeMo / Megatron-Bridge recipe scripts, not of Megatron-LM's pretrain_gpt; "
                             "pass Megatron's flags (or --yaml-cfg FILE)";
   return {
@@ -85,13 +89,9 @@ std::vector<FlagSpec> refused_flags() {
       refused_flag("--wandb-project", F::Value, wandb),
       refused_flag("--wandb-exp-name", F::Value, wandb),
       refused_flag("--wandb-save-dir", F::Value, wandb),
-      refused_flag("--calculate-per-token-loss", F::Switch,
-                   std::string(kNotYet) + "each micro-batch's loss is its mean over tokens (Megatron's default); drop the flag"),
-      refused_flag("--reset-position-ids", F::Switch, documents),
-      refused_flag("--reset-attention-mask", F::Switch, documents),
-      refused_flag("--eod-mask-loss", F::Switch, documents),
-      refused_flag("--dynamic-context-parallel", F::Switch,
-                   std::string(kNotYet) + "use a fixed --context-parallel-size"),
+      refused_flag("--dynamic-context-parallel", F::Switch, dynamic_cp),
+      refused_flag("--hybrid-context-parallel", F::Switch, dynamic_cp),
+      refused_flag("--max-seqlen-per-dp-cp-rank", F::Value, dynamic_cp),
       refused_flag("--decoupled-lr", F::Value,
                    std::string(kNotYet) + "one learning rate schedule drives every parameter; drop the flag (--lr applies "
                    "to the embedding and output layer too)"),

@@ -4,7 +4,7 @@
 
 namespace megatron::train {
 
-double num_floating_point_operations(const Arguments& a, int64_t batch_size) {
+double num_floating_point_operations(const Arguments& a, int64_t batch_size, double document_squares) {
   const ModelArguments& m = a.model;
   const double B = double(batch_size), s = m.seq_length, T = B * s;
   const double h = m.hidden_size, f = m.ffn_hidden_size, L = m.num_layers, V = a.padded_vocab_size();
@@ -22,12 +22,12 @@ double num_floating_point_operations(const Arguments& a, int64_t batch_size) {
                      (f * dense_layers + (f_moe * a.moe.moe_router_topk + a.moe.moe_shared_expert_intermediate_size) * moe_layers);
   const double attention_projections = 6 * L * (h * (n * d + 2 * g * d) + n * d * h);
   const double logits = 6 * h * V;
-  const double attention_scores = 6 * n * d * L * (B * s * s);
+  const double attention_scores = 6 * n * d * L * (document_squares > 0 ? document_squares : B * s * s);
   return T * (mlp + attention_projections + logits) + attention_scores;
 }
 
-double tflops_per_gpu(const Arguments& a, int64_t batch_size, double seconds) {
-  return num_floating_point_operations(a, batch_size) / (seconds * 1e12 * a.parallel.world_size);
+double tflops_per_gpu(const Arguments& a, int64_t batch_size, double seconds, double document_squares) {
+  return num_floating_point_operations(a, batch_size, document_squares) / (seconds * 1e12 * a.parallel.world_size);
 }
 
 }  // namespace megatron::train

@@ -52,7 +52,7 @@ std::pair<std::vector<double>, std::vector<std::string>> parse_data_path(const s
   return {weights, prefixes};
 }
 
-TrainingData::TrainingData(const train::Arguments& args, int64_t eod_token) {
+TrainingData::TrainingData(const train::Arguments& args, int64_t eod_token) : eod_(eod_token) {
   const auto& t = args.training;
   const int64_t gbs = t.global_batch_size;
   const int64_t eval_runs = t.eval_interval > 0 ? t.train_iters / t.eval_interval + 1 : 0;
@@ -125,11 +125,12 @@ SampleStream TrainingData::stream(data::Split split) const {
   if (blends_[s]) {
     const data::BlendedDataset* b = &*blends_[s];
     return SampleStream([b](int64_t i, std::span<int64_t> out) { b->sample(i, out); }, b->size(),
-                        int64_t(components_[0][s]->sample_tokens()));
+                        int64_t(components_[0][s]->sample_tokens()), eod_);
   }
   if (components_.size() == 1 && components_[0][s]) {
     const data::GPTDataset* d = &*components_[0][s];
-    return SampleStream([d](int64_t i, std::span<int64_t> out) { d->sample(i, out); }, d->size(), d->sample_tokens());
+    return SampleStream([d](int64_t i, std::span<int64_t> out) { d->sample(i, out); }, d->size(), d->sample_tokens(),
+                        eod_);
   }
   return SampleStream();
 }

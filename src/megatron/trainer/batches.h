@@ -22,12 +22,20 @@
 
 namespace megatron::trainer {
 
+// What a sample row holds: seq_len + 1 tokens (GPTDataset), or a packed conversation row of the SFT dataset
+// (data/sft/sft_packing.h: the seq_len + 1 tokens, then their tags).
+enum class SampleLayout { Tokens, PackedConversations };
+
 class SampleStream {
  public:
   using Reader = std::function<void(int64_t index, std::span<int64_t> tokens)>;
   SampleStream() = default;
-  SampleStream(Reader read, int64_t size, int64_t width) : read_(std::move(read)), size_(size), width_(width) {}
+  // `eod`: the dataset's end-of-document token (the document flags find documents by it).
+  SampleStream(Reader read, int64_t size, int64_t width, int64_t eod = -1, SampleLayout layout = SampleLayout::Tokens)
+      : read_(std::move(read)), size_(size), width_(width), eod_(eod), layout_(layout) {}
   bool available() const { return read_ && size_ > 0; }
+  int64_t eod() const { return eod_; }
+  SampleLayout layout() const { return layout_; }
   int64_t size() const { return size_; }
   // The next n samples (wrapping around the split); `host` is the CPU allocator for the result.
   Tensor next(int64_t n, Allocator& host);
@@ -43,7 +51,8 @@ class SampleStream {
 
  private:
   Reader read_;
-  int64_t size_ = 0, width_ = 0;
+  int64_t size_ = 0, width_ = 0, eod_ = -1;
+  SampleLayout layout_ = SampleLayout::Tokens;
   int64_t consumed_ = 0;
 };
 
@@ -61,6 +70,7 @@ class TrainingData {
   std::array<std::optional<data::BlendedDataset>, data::kNumSplits> blends_;
   std::vector<std::string> names_;
   std::vector<double> weights_;
+  int64_t eod_ = -1;
 };
 
 // "--data-path 0.7 A 0.3 B" -> {(0.7, A), (0.3, B)}; "A B" -> weights empty. Mixed forms are an error.

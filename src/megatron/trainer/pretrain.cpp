@@ -11,6 +11,7 @@
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
 #endif
+#include "megatron/data/sft/sft_dataset.h"
 #include "megatron/data/tokenizers/tokenizer.h"
 #include "megatron/parallel/parallel_context.h"
 #include "megatron/runtime/cpu_threads.h"
@@ -29,19 +30,23 @@ std::string gib(double bytes) { return str_cat(bytes / double(1ull << 30), " GiB
 // no sentencepiece) is refused by the factory, naming the missing library.
 // The tokenizer's vocabulary size into the arguments (when a tokenizer is given); returns its end-of-document
 // token, or -1.
+data::TokenizerConfig tokenizer_config(const train::Arguments& args) {
+  data::TokenizerConfig tc;
+  tc.type = args.data.tokenizer_type;
+  tc.vocab_file = args.data.vocab_file;
+  tc.merge_file = args.data.merge_file;
+  tc.tokenizer_model = args.data.tokenizer_model;
+  tc.tiktoken_pattern = args.data.tiktoken_pattern;
+  tc.tiktoken_num_special_tokens = args.data.tiktoken_num_special_tokens;
+  tc.tiktoken_special_tokens = args.data.tiktoken_special_tokens;
+  if (args.model.vocab_size > 0) tc.vocab_size = args.model.vocab_size;
+  return tc;
+}
+
 int64_t tokenizer_vocabulary(train::Arguments& args) {
   int64_t eod = -1;
   if (!args.data.tokenizer_type.empty()) {
-    data::TokenizerConfig tc;
-    tc.type = args.data.tokenizer_type;
-    tc.vocab_file = args.data.vocab_file;
-    tc.merge_file = args.data.merge_file;
-    tc.tokenizer_model = args.data.tokenizer_model;
-    tc.tiktoken_pattern = args.data.tiktoken_pattern;
-    tc.tiktoken_num_special_tokens = args.data.tiktoken_num_special_tokens;
-    tc.tiktoken_special_tokens = args.data.tiktoken_special_tokens;
-    if (args.model.vocab_size > 0) tc.vocab_size = args.model.vocab_size;
-    const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(tc);
+    const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(tokenizer_config(args));
     args.model.vocab_size = int(tokenizer->vocab_size());
     eod = tokenizer->eod();
   }
@@ -156,6 +161,30 @@ std::unique_ptr<TrainingData> load_data(const train::Arguments& args, int64_t eo
   return data;
 }
 
+// --sft: every rank tokenises and packs the conversations (deterministic, so all agree); the streams own
+// their datasets.
+RunStreams sft_streams(const train::Arguments& args, comm::Communicator& world) {
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(tokenizer_config(args));
+  const data::SftDatasetConfig config{
+      .path = args.data.data_path[0], .split = args.data.split, .seq_length = args.model.seq_length,
+      .format = data::resolve_chat_format(args.data.sft_tokenizer_prompt_format, args.data.tokenizer_model)};
+  std::array<std::optional<data::SftDataset>, data::kNumSplits> sets = data::build_sft_datasets(config, *tokenizer);
+  std::array<SampleStream, data::kNumSplits> streams;
+  std::string described;
+  for (int s = 0; s < data::kNumSplits; ++s) {
+    if (!sets[size_t(s)]) continue;
+    auto set = std::make_shared<const data::SftDataset>(std::move(*sets[size_t(s)]));
+    streams[size_t(s)] = SampleStream([set](int64_t i, std::span<int64_t> out) { set->sample(i, out); }, set->size(),
+                                      set->row_width(), tokenizer->eod(), SampleLayout::PackedConversations);
+    described += str_cat("  ", data::split_name(data::Split(s)), ": ", set->size(), " packed rows of ",
+                         set->conversations(), " conversations (", set->truncated(), " cut to --seq-length + 1)\n");
+  }
+  if (world.rank() == 0)
+    std::cout << "datasets (--sft, " << config.path << ", chat format " << data::chat_format_name(config.format)
+              << "):\n" << described << std::flush;
+  return RunStreams{streams[0], streams[1], streams[2]};
+}
+
 }  // namespace
 
 int pretrain(const std::vector<std::string>& argv, const comm::DistributedRuntime& runtime) {
@@ -197,8 +226,15 @@ int pretrain(const std::vector<std::string>& argv, const comm::DistributedRuntim
       context_parallel(parallel, args), args, parallel.pp().rank(), moe_parallel(parallel));
   const std::vector<nn::GPTModel*> chunks = chunk_pointers(owned_chunks);
   report_parameters(chunks, args, parallel, device);
-  const std::unique_ptr<TrainingData> data = load_data(args, eod, *world);
-  RunStreams streams{data->stream(data::Split::train), data->stream(data::Split::valid), data->stream(data::Split::test)};
+  std::unique_ptr<TrainingData> data;
+  RunStreams streams;
+  if (args.data.sft) {
+    streams = sft_streams(args, *world);
+  } else {
+    data = load_data(args, eod, *world);
+    streams = RunStreams{data->stream(data::Split::train), data->stream(data::Split::valid),
+                         data->stream(data::Split::test)};
+  }
   Trainer trainer(*ctx, args, chunks, parallel);
   report_optimizer_state(trainer, args, *world);
   checkpoints.attach(chunks, trainer);

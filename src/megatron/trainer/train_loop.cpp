@@ -93,6 +93,7 @@ void TrainLoop::log(int64_t iteration, const StepResult& r, double seconds) {
   const train::TrainingArguments& t = args_.training;
   interval_loss_ += r.loss;
   interval_seconds_ += seconds;
+  interval_document_squares_ += r.document_squares;
   ++interval_iters_;
   skipped_ += r.skipped;
   nans_ += r.nan_loss;
@@ -105,7 +106,8 @@ void TrainLoop::log(int64_t iteration, const StepResult& r, double seconds) {
   line.train_iters = t.train_iters;
   line.consumed_samples = streams_.train.consumed();
   line.seconds_per_iteration = per_iter;
-  line.tflops_per_gpu = train::tflops_per_gpu(args_, r.global_batch_size, per_iter);
+  line.tflops_per_gpu = train::tflops_per_gpu(args_, r.global_batch_size, per_iter,
+                                              interval_document_squares_ / double(interval_iters_));
   line.tokens_per_second_per_gpu =
       double(r.global_batch_size) * args_.model.seq_length / per_iter / double(world_.size());
   line.learning_rate = r.learning_rate;
@@ -117,7 +119,7 @@ void TrainLoop::log(int64_t iteration, const StepResult& r, double seconds) {
   line.skipped_iterations = skipped_;
   line.nan_iterations = nans_;
   if (last_rank_) std::cout << train::format_log_line(line) << "\n" << std::flush;
-  interval_loss_ = interval_seconds_ = 0;
+  interval_loss_ = interval_seconds_ = interval_document_squares_ = 0;
   interval_iters_ = skipped_ = nans_ = 0;
   print_memory_once(iteration);
 }

@@ -62,7 +62,7 @@ class TrainLoop {
   size_t model_state_bytes_ = 0;  // allocated before the first step: weights, gradient buffers, optimizer state
   bool printed_memory_ = false;
   // The current log interval.
-  double interval_loss_ = 0, interval_seconds_ = 0;
+  double interval_loss_ = 0, interval_seconds_ = 0, interval_document_squares_ = 0;
   int64_t interval_iters_ = 0, skipped_ = 0, nans_ = 0;
   std::optional<double> last_grad_norm_;
   std::unique_ptr<Timeline> timeline_;  // --profile with --profile-dir

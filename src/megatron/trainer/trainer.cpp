@@ -108,6 +108,15 @@ void Trainer::setup() {
   const int64_t s = local_seq(), b = t.micro_batch_size;
   loss_mask_ = ctx_.empty(Shape{b, s}, DType::F32);
   ops::fill(ctx_, loss_mask_, 1.0);
+  const bool sft = args_.data.sft;  // packed conversations: documents and a loss mask in every micro-batch
+  MEGATRON_CHECK(!(ctx_.is_cuda() && (args_.data.reset_attention_mask || sft)),
+                 "--reset-attention-mask or --sft on CUDA: the document-masked (packed) attention has a CPU "
+                 "implementation only so far (cuDNN's ragged-offset path is not written yet); train on --device cpu");
+  document_flags_ = {.reset_position_ids = args_.data.reset_position_ids || sft,
+                     .reset_attention_mask = args_.data.reset_attention_mask || sft,
+                     .eod_mask_loss = args_.data.eod_mask_loss};
+  per_token_loss_ = t.calculate_per_token_loss;
+  token_weighted_ = per_token_loss_ || document_flags_.eod_mask_loss || sft;
 }
 
 nn::ParameterList Trainer::parameters() const {
@@ -133,28 +142,29 @@ size_t Trainer::optimizer_host_state_bytes() const {
 
 int64_t Trainer::local_seq() const { return args_.model.seq_length / parallel_->cp_size(); }
 
-Trainer::HostMicroBatch Trainer::prepare_micro_batch(SampleStream& data) {
+HostMicroBatch Trainer::prepare_micro_batch(SampleStream& data) {
   const Tensor samples = next_micro_batch(data);
-  const int64_t b = samples.dim(0), width = samples.dim(1);
   // Context parallelism: this rank's chunks of each sequence (Megatron's get_batch_on_this_cp_rank).
-  const parallel::SequenceSplit split{parallel_->cp_size(), parallel_->cp().rank(), width - 1};
-  const int64_t s = split.local_seq();
-  HostMicroBatch mb{Tensor::empty(Shape{b, s}, DType::I64, host_), Tensor::empty(Shape{b, s}, DType::I64, host_)};
-  const int64_t* src = samples.data<int64_t>();
-  for (int64_t i = 0; i < b; ++i)
-    for (int64_t j = 0; j < s; ++j) {
-      const int64_t position = split.global_position(j);
-      mb.tokens.data<int64_t>()[i * s + j] = src[i * width + position];
-      mb.labels.data<int64_t>()[i * s + j] = src[i * width + position + 1];
-    }
-  return mb;
+  const bool packed = data.layout() == SampleLayout::PackedConversations;
+  const parallel::SequenceSplit split{parallel_->cp_size(), parallel_->cp().rank(),
+                                      packed ? samples.dim(1) / 2 - 1 : samples.dim(1) - 1};
+  if (packed) return make_packed_host_micro_batch(samples, split, host_);
+  return make_host_micro_batch(samples, data.eod(), document_flags_, split, host_);
 }
 
 nn::StageInput Trainer::upload(const HostMicroBatch& mb) {
   nn::StageInput in{.tokens = ctx_.empty(mb.tokens.shape(), DType::I64), .labels = ctx_.empty(mb.labels.shape(), DType::I64),
-                    .loss_mask = loss_mask_};
+                    .loss_mask = loss_mask_, .cu_seqlens = mb.cu_seqlens};
   copy_tensor(ctx_, in.tokens, mb.tokens);
   copy_tensor(ctx_, in.labels, mb.labels);
+  if (mb.loss_tokens != double(mb.loss_mask.numel())) {  // some tokens do not count: this micro-batch's own mask
+    in.loss_mask = ctx_.empty(mb.loss_mask.shape(), DType::F32);
+    copy_tensor(ctx_, in.loss_mask, mb.loss_mask);
+  }
+  if (mb.position_ids.defined()) {
+    in.position_ids = ctx_.empty(mb.position_ids.shape(), DType::I64);
+    copy_tensor(ctx_, in.position_ids, mb.position_ids);
+  }
   return in;
 }
 
@@ -228,10 +238,38 @@ nn::ParamHooks Trainer::fsdp_hooks() {
   return every;
 }
 
-std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only,
-                                               int num_micro_batches) {
-  const int M = num_micro_batches;
+void Trainer::MicroBatchLosses::record(const HostMicroBatch& mb) {
+  loss_tokens.push_back(mb.loss_tokens);
+  row_loss_tokens.push_back(mb.row_loss_tokens);
+  if (!mb.cu_seqlens.defined()) return;
+  const int64_t* offsets = mb.cu_seqlens.data<int64_t>();
+  for (int64_t i = 0; i + 1 < mb.cu_seqlens.numel(); ++i)
+    document_squares += double(offsets[i + 1] - offsets[i]) * double(offsets[i + 1] - offsets[i]);
+}
+
+nn::ForwardOptions Trainer::micro_batch_options(int64_t iteration, int M, int m, bool forward_only, double loss_scale,
+                                                const MicroBatchLosses& recorded) const {
+  // Dropout masks by the global micro-batch number, so DP = N draws DP = 1's masks for the same samples;
+  // gradients of loss * scale / (M x |DP x CP|): the data-parallel average is folded in here and the
+  // reduction sums, so every layout computes the same gradient values inside its micro-batches (FP8 casts
+  // them); the mask's sum is known here (no device read). Under CP each rank divides by the whole rows'
+  // counted tokens / CP (its own count when every token counts), so that the CP ranks' gradients add up to
+  // the CP = 1 gradient whatever the masks (Megatron's current loss_func divides by each rank's own count,
+  // which weighs the ranks' tokens unequally when their masks differ). Per-token loss: the gradient of the
+  // summed loss (times the loss scale), divided by the global token count after the reduction (train_step).
+  const double cp = double(parallel_->cp_size());
+  const double counted = size_t(m) < recorded.row_loss_tokens.size() ? recorded.row_loss_tokens[size_t(m)] / cp : 0.0;
   const uint64_t dp = uint64_t(parallel_->dp_size()), dp_rank = uint64_t(parallel_->dp().rank());
+  return nn::ForwardOptions{
+      .training = !forward_only,
+      .dropout_step = (uint64_t(iteration) * uint64_t(M) + uint64_t(m)) * dp + dp_rank,
+      .grad_scale = per_token_loss_ ? loss_scale : loss_scale / (M * double(parallel_->dp_cp().comm->size())),
+      .loss_denominator = per_token_loss_ ? 1.0 : std::max(counted, 1.0 / cp)};  // Megatron clamps to 1
+}
+
+Trainer::MicroBatchLosses Trainer::run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only,
+                                                    int num_micro_batches) {
+  const int M = num_micro_batches;
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   const bool reads_data = holds_data_stage();
   // The host prepares micro-batch m + 1 while the device runs micro-batch m; ranks with only middle pipeline
@@ -240,6 +278,7 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
   if (reads_data) next = prepare_micro_batch(data);
   else data.skip(int64_t(M) * args_.training.micro_batch_size * parallel_->dp_size());
   int expected = 0;
+  MicroBatchLosses result;
   pipeline::ScheduleRun run{
       .chunks = chunks_,
       .num_microbatches = M,
@@ -248,19 +287,11 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
       .seq = local_seq(),
       .input = [&](int m) {
         MEGATRON_CHECK(m == expected++, "Trainer: micro-batch ", m, "'s data asked for out of order");
+        result.record(next);
         return upload(next);
       },
       .prepare = [&](int) { next = prepare_micro_batch(data); },
-      // Dropout masks by the global micro-batch number, so DP = N draws DP = 1's masks for the same samples;
-      // gradients of loss * scale / (M x |DP x CP|): the data-parallel average is folded in here and the
-      // reduction sums, so every layout computes the same gradient values inside its micro-batches (FP8 casts
-      // them); the all-ones mask's sum is known here (no device read).
-      .options = [&](int m) {
-        return nn::ForwardOptions{.training = !forward_only,
-                                  .dropout_step = (uint64_t(iteration) * uint64_t(M) + uint64_t(m)) * dp + dp_rank,
-                                  .grad_scale = loss_scale / (M * double(parallel_->dp_cp().comm->size())),
-                                  .loss_denominator = double(loss_mask_.numel())};
-      },
+      .options = [&](int m) { return micro_batch_options(iteration, M, m, forward_only, loss_scale, result); },
       .hooks = {},
       .p2p = p2p_.get(),
       .timeline = timeline_};
@@ -277,7 +308,7 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
                                             .virtual_size = int(chunks_.size())};
   const int group = args_.parallel.microbatch_group_size_per_virtual_pipeline_stage;
   TimelineScope span(forward_only ? nullptr : timeline_, "schedule", "schedule");
-  std::vector<Tensor> losses = pipeline::run_schedule(ctx_, pipeline::schedule_for(position, M, group, forward_only), run);
+  result.losses = pipeline::run_schedule(ctx_, pipeline::schedule_for(position, M, group, forward_only), run);
   // While profiling, each stage's schedule span lasts until every stage has finished (a one-element
   // all-reduce over the pipeline group on the stream), so the pipeline's drain counts as idle time on the
   // stages that finish first, as in the bubble's definition (p - 1) / (v * m) per stage.
@@ -286,7 +317,7 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
     ops::fill(ctx_, flag, 0.0);
     parallel_->pp().comm->all_reduce(flag, comm::ReduceOp::Sum, ctx_.stream());
   }
-  return losses;
+  return result;
 }
 
 StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
@@ -294,7 +325,7 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   r.global_batch_size = batch_schedule_.global_batch_size(train_data.consumed());
   num_micro_batches_ = int(r.global_batch_size / (int64_t(args_.training.micro_batch_size) * parallel_->dp_size()));
   ddp_->zero_grads(ctx_);
-  const std::vector<Tensor> losses = run_micro_batches(train_data, iteration, /*forward_only=*/false, num_micro_batches_);
+  const MicroBatchLosses losses = run_micro_batches(train_data, iteration, /*forward_only=*/false, num_micro_batches_);
   {
     TimelineScope span(timeline_, "finalize grads", "grad-reduce");
     distributed::finalize_model_grads(ctx_, *ddp_, parameters(),
@@ -304,8 +335,19 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
     for (nn::GPTModel* chunk : chunks_)
       for (nn::TransformerLayer& layer : chunk->layers)
         if (layer.moe.defined()) layer.moe.router.update_expert_bias(ctx_);
+    // Per-token loss: the reduced gradients of the summed losses over the global batch's counted tokens.
+    if (per_token_loss_) {
+      const double tokens = global_loss_tokens(losses);
+      if (tokens > 0)
+        for (const Tensor& g : local_grads()) ops::scale(ctx_, g, g, 1.0 / tokens);
+    }
   }
   r.loss = mean_loss(losses);
+  if (document_flags_.reset_attention_mask) {  // every CP rank of a DP rank holds the same rows: sum over DP
+    double squares[1] = {losses.document_squares};
+    parallel_->dp().comm->all_reduce_host(squares, comm::ReduceOp::Sum);
+    r.document_squares = squares[0];
+  }
   r.nan_loss = !std::isfinite(r.loss);
 
   // Unscale, check for overflow, compute the clip coefficient (agreed over the ranks); then the update with
@@ -332,9 +374,25 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   return r;
 }
 
-double Trainer::mean_loss(const std::vector<Tensor>& losses) {
+double Trainer::mean_loss(const MicroBatchLosses& mb) {
+  const std::vector<Tensor>& losses = mb.losses;
+  const bool last_stage = !losses.empty() && losses.front().defined();
+  if (token_weighted_) {
+    // Megatron's report: sum(loss x tokens) and the tokens, summed over micro-batches and DP x CP.
+    double weighted = 0.0, tokens = 0.0;
+    if (last_stage) {
+      Tensor sum = ctx_.empty(Shape{1}, chunks_.front()->config().stats_dtype());
+      ops::fill(ctx_, sum, 0.0);
+      for (size_t m = 0; m < losses.size(); ++m) {
+        ops::axpby(ctx_, sum, losses[m], sum, mb.loss_tokens[m], 1.0);
+        tokens += mb.loss_tokens[m];
+      }
+      weighted = read_scalar(ctx_, sum);
+    }
+    return token_weighted_mean(weighted, tokens);
+  }
   double mean[1] = {0.0};
-  if (!losses.empty() && losses.front().defined()) {  // the last pipeline stage
+  if (last_stage) {
     // The micro-batch losses add up on the device and are read once.
     Tensor sum = ctx_.empty(Shape{1}, chunks_.front()->config().stats_dtype());
     ops::fill(ctx_, sum, 0.0);
@@ -342,6 +400,24 @@ double Trainer::mean_loss(const std::vector<Tensor>& losses) {
     mean[0] = read_scalar(ctx_, sum) / double(losses.size());
   }
   return agree_on_loss(mean[0]);
+}
+
+double Trainer::token_weighted_mean(double weighted_sum, double tokens) {
+  double sums[2] = {weighted_sum, tokens};  // the last stage's values (zero on the other stages)
+  if (parallel_->pp_size() > 1) parallel_->pp().comm->all_reduce_host(sums, comm::ReduceOp::Sum);
+  parallel_->dp_cp().comm->all_reduce_host(sums, comm::ReduceOp::Sum);
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+}
+
+double Trainer::global_loss_tokens(const MicroBatchLosses& mb) {
+  double tokens[1] = {0.0};
+  const bool last_stage = std::any_of(chunks_.begin(), chunks_.end(),
+                                      [](const nn::GPTModel* c) { return c->layout().post_process; });
+  if (last_stage)
+    for (double t : mb.loss_tokens) tokens[0] += t;
+  if (parallel_->pp_size() > 1) parallel_->pp().comm->all_reduce_host(tokens, comm::ReduceOp::Sum);
+  parallel_->dp_cp().comm->all_reduce_host(tokens, comm::ReduceOp::Sum);
+  return tokens[0];
 }
 
 double Trainer::agree_on_loss(double last_stage_value) {
@@ -371,22 +447,26 @@ double Trainer::evaluate(SampleStream& data) {
   // again so that the next iteration records theirs.
   for (nn::GPTModel* chunk : chunks_)
     if (chunk->fp8_state()) chunk->fp8_state()->set_recording(false);
-  double sum = 0;
-  int64_t count = 0;
+  double sum = 0, count = 0;
   // Megatron evaluates global batches of --global-batch-size (its eval_global_batch_size default).
   const int M = args_.num_micro_batches();
-  for (int64_t it = 0; it < args_.training.eval_iters; ++it)
-    for (const Tensor& loss : run_micro_batches(data, 0, /*forward_only=*/true, M)) {  // each read in turn, summed in double
-      if (!loss.defined()) continue;  // not the last pipeline stage
-      sum += read_scalar(ctx_, loss);
-      ++count;
+  for (int64_t it = 0; it < args_.training.eval_iters; ++it) {
+    const MicroBatchLosses mb = run_micro_batches(data, 0, /*forward_only=*/true, M);
+    for (size_t m = 0; m < mb.losses.size(); ++m) {  // each read in turn, summed in double
+      if (!mb.losses[m].defined()) continue;  // not the last pipeline stage
+      // Token-weighted (Megatron's report with documents or per-token loss), else each micro-batch alike.
+      const double weight = token_weighted_ ? mb.loss_tokens[m] : 1.0;
+      sum += weight * read_scalar(ctx_, mb.losses[m]);
+      count += weight;
     }
+  }
   for (nn::GPTModel* chunk : chunks_)
     if (chunk->fp8_state()) {
       chunk->fp8_state()->set_recording(true);
       chunk->fp8_state()->invalidate_weights();
     }
-  return agree_on_loss(count ? sum / double(count) : 0.0);
+  // Megatron's evaluate sums the numerators and the token counts over DP x CP.
+  return token_weighted_ ? token_weighted_mean(sum, count) : agree_on_loss(count ? sum / double(count) : 0.0);
 }
 
 }  // namespace megatron::trainer

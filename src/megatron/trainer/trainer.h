@@ -33,6 +33,14 @@
 // averaged over DP x CP (the data-parallel buffers' group), so with equal token counts per rank the step is
 // the CP = 1 step; the reported loss is averaged over DP x CP. The parameters are replicated over CP and the
 // distributed optimizer shards over DP x CP.
+// Documents (trainer/micro_batch.h): --reset-position-ids, --reset-attention-mask and --eod-mask-loss make each
+// micro-batch's positions, documents and loss mask as Megatron's GPTDataset does; each micro-batch's loss is
+// then the mean over the tokens its mask counts (Megatron's loss_func / num_tokens), and the reported loss is
+// Megatron's: the global batch's summed loss over its counted tokens (micro-batches and DP x CP).
+// --calculate-per-token-loss: each micro-batch's gradient is that of its summed loss (times the loss scale,
+// no 1/M and no DP average: the reduction sums), and after finalize_model_grads the gradients are divided by
+// the global batch's counted tokens (all-reduced over DP x CP), as Megatron's finalize_model_grads does; so
+// every token weighs the same whatever the micro-batch, data-parallel rank or context-parallel chunk it is in.
 #pragma once
 
 #include <memory>
@@ -50,6 +58,7 @@
 #include "megatron/train/arguments.h"
 #include "megatron/train/batch_size_schedule.h"
 #include "megatron/trainer/batches.h"
+#include "megatron/trainer/micro_batch.h"
 
 namespace megatron::trainer {
 
@@ -60,6 +69,9 @@ struct StepResult {
   bool skipped = false;             // inf/nan gradients (fp16): no update
   bool nan_loss = false;
   int64_t global_batch_size = 0;    // this iteration's (a batch-size schedule changes it)
+  // --reset-attention-mask: the sum of the squared document lengths of the global batch's rows (the attention
+  // FLOPs, train/flops.h); 0 otherwise.
+  double document_squares = 0;
 };
 
 class Trainer {
@@ -119,22 +131,37 @@ class Trainer {
  private:
   // Builds the data-parallel buffers and the optimizer (both constructors).
   void setup();
-  // This rank's next micro-batch, split on the host into tokens and labels (samples [mbs, s + 1]).
-  struct HostMicroBatch {
-    Tensor tokens, labels;
-  };
+  // This rank's next micro-batch, made on the host (tokens, labels, masks and positions; micro_batch.h).
   HostMicroBatch prepare_micro_batch(SampleStream& data);
+  // Each micro-batch's loss (the last stage's device scalars; empty elsewhere) and the tokens its loss mask
+  // counts (on the ranks that read data).
+  struct MicroBatchLosses {
+    std::vector<Tensor> losses;
+    std::vector<double> loss_tokens;
+    std::vector<double> row_loss_tokens;  // over the micro-batches' whole rows (every CP rank's tokens)
+    double document_squares = 0;          // this rank's micro-batches' (whole rows)
+    void record(const HostMicroBatch& mb);  // a micro-batch's counts, as it is handed to the schedule
+  };
+  // The forward options of micro-batch m of M (dropout addressing, gradient scale, loss denominator).
+  nn::ForwardOptions micro_batch_options(int64_t iteration, int M, int m, bool forward_only, double loss_scale,
+                                         const MicroBatchLosses& recorded) const;
   // The tokens of each sequence this rank holds (seq_length / CP).
   int64_t local_seq() const;
-  // Its device copy, with the shared all-ones loss mask.
+  // Its device copy (the shared all-ones loss mask where every token counts).
   nn::StageInput upload(const HostMicroBatch& mb);
   // This rank's next micro-batch of `data` (Megatron's sampler slicing).
   Tensor next_micro_batch(SampleStream& data);
   // The schedule over `num_micro_batches` micro-batches of `data`; returns each micro-batch's loss.
-  std::vector<Tensor> run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only, int num_micro_batches);
+  MicroBatchLosses run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only, int num_micro_batches);
   nn::ParamHooks fsdp_hooks();
   // The mean of the micro-batch losses (the last stage's), averaged over DP; every rank gets the same value.
-  double mean_loss(const std::vector<Tensor>& losses);
+  // With the document flags or the per-token loss, Megatron's token-weighted mean instead: sum(loss x tokens)
+  // over micro-batches and DP x CP, divided by the tokens.
+  double mean_loss(const MicroBatchLosses& losses);
+  // sum(weighted_sum) / sum(tokens) over the pipeline and DP x CP (the last stage's values; zero elsewhere).
+  double token_weighted_mean(double weighted_sum, double tokens);
+  // The last stage's counted tokens of the global batch, on every rank.
+  double global_loss_tokens(const MicroBatchLosses& losses);
   // The last pipeline stage's value on every rank, averaged over DP.
   double agree_on_loss(double last_stage_value);
   // Every parameter of every chunk, in model order.
@@ -165,6 +192,9 @@ class Trainer {
   size_t optimizer_allocated_bytes_ = 0;
   CpuAllocator host_;
   Tensor loss_mask_;  // [mbs, local seq] of ones on the device: every token counts
+  data::DocumentFlags document_flags_;
+  bool per_token_loss_ = false;   // --calculate-per-token-loss
+  bool token_weighted_ = false;   // the reported loss weighs micro-batches by their counted tokens
 };
 
 }  // namespace megatron::trainer

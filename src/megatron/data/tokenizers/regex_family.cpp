@@ -25,7 +25,8 @@ std::unique_ptr<Tokenizer> make_regex_tokenizer(const TokenizerConfig& c) {
     require_flag(c, c.merge_file, "--merge-file (merges.txt)");
     return std::make_unique<Gpt2BpeTokenizer>(c.vocab_file, c.merge_file);
   }
-  if (c.type == "HuggingFaceTokenizer") {
+  // SFTTokenizer: Megatron's name for the tokenizer.json under --sft (the chat format is data/sft's).
+  if (c.type == "HuggingFaceTokenizer" || c.type == "SFTTokenizer") {
     require_flag(c, c.tokenizer_model, "--tokenizer-model (tokenizer.json or its folder)");
     return std::make_unique<HfTokenizer>(c.tokenizer_model);
   }

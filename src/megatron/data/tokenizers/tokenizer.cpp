@@ -23,15 +23,15 @@ namespace megatron::data {
 namespace {
 
 struct Family {
-  std::array<std::string_view, 4> types;  // its --tokenizer-type names ("" pads)
+  std::array<std::string_view, 5> types;  // its --tokenizer-type names ("" pads)
   std::unique_ptr<Tokenizer> (*make)(const TokenizerConfig&);  // nullptr: not in this build
   const char* missing;
 };
 
 constexpr Family kFamilies[] = {
-    {{"GPT2BPETokenizer", "HuggingFaceTokenizer", "TikTokenizer", "Llama3Tokenizer"}, MEGATRON_REGEX_MAKER,
+    {{"GPT2BPETokenizer", "HuggingFaceTokenizer", "SFTTokenizer", "TikTokenizer", "Llama3Tokenizer"}, MEGATRON_REGEX_MAKER,
      MEGATRON_TOKENIZERS_REGEX_MISSING},
-    {{"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer", ""}, MEGATRON_SENTENCEPIECE_MAKER,
+    {{"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer", "", ""}, MEGATRON_SENTENCEPIECE_MAKER,
      MEGATRON_TOKENIZERS_SENTENCEPIECE_MISSING},
 };
 

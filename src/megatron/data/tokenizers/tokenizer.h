@@ -35,8 +35,8 @@ class Tokenizer {
 // Megatron's tokenizer flags (--tokenizer-type, --vocab-file, --merge-file, --tokenizer-model, --vocab-size,
 // --tiktoken-pattern, --tiktoken-num-special-tokens, --tiktoken-special-tokens).
 struct TokenizerConfig {
-  std::string type;             // GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, SentencePieceTokenizer,
-                                // GPTSentencePieceTokenizer, NullTokenizer
+  std::string type;             // GPT2BPETokenizer, HuggingFaceTokenizer (SFTTokenizer: the same), TikTokenizer,
+                                // SentencePieceTokenizer, GPTSentencePieceTokenizer, NullTokenizer
   std::string vocab_file{};       // GPT2BPETokenizer: vocab.json
   std::string merge_file{};       // GPT2BPETokenizer: merges.txt
   std::string tokenizer_model{};  // HF: tokenizer.json (or its folder); TikToken: ranks file; SentencePiece: .model

@@ -1,0 +1,143 @@
+// Packed attention on the CPU: each sequence runs the blocked reference (cpu.cpp) on views of its rows as a
+// batch of one; its log-sum-exp rows go through a small buffer into their columns of stats [H, Tq].
+#include "megatron/ops/attention/attention_varlen.h"
+
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "megatron/ops/attention/cpu.h"
+#include "megatron/tensor/op_checks.h"
+
+namespace megatron::ops {
+
+namespace {
+
+using enum DType;
+
+// The rows of one sequence: q rows [q0, q1), k/v rows [k0, k1).
+struct SequenceRows {
+  int64_t q0, q1, k0, k1;
+};
+
+std::span<const int64_t> offsets(const Tensor& cu) { return {cu.data<int64_t>(), size_t(cu.numel())}; }
+
+// Validates the packed problem and returns its sequences.
+std::vector<SequenceRows> check_varlen(OpCheck& check, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& cu_q, const Tensor& cu_kv, const AttentionOptions& options) {
+  check.rank("q", q, 3).rank("k", k, 3).shape("v", v, k.shape());
+  check.that(k.dim(2) == q.dim(2) && k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0, "k ", k.describe(),
+             " must be [Tkv, G, D] with the head dimension of q ", q.describe(), " = [Tq, H, D] and H % G == 0");
+  check.dtype_in("q", q, {F64, F32, BF16, F16}).same_dtype({{"q", q}, {"k", k}, {"v", v}});
+  for (const Tensor* cu : {&cu_q, &cu_kv})
+    check.that(cu->defined() && cu->device().is_cpu() && cu->dtype() == I64 && cu->rank() == 1 && cu->numel() >= 1,
+               "cu_seqlens must be host i64[N + 1] tensors, got ", cu->describe());
+  check.that(cu_q.numel() == cu_kv.numel(), "cu_seqlens_q ", cu_q.describe(), " and cu_seqlens_kv ", cu_kv.describe(),
+             " must describe the same number of sequences");
+  const std::span<const int64_t> oq = offsets(cu_q), ok = offsets(cu_kv);
+  check.that(oq.front() == 0 && oq.back() == q.dim(0) && ok.front() == 0 && ok.back() == k.dim(0),
+             "cu_seqlens must run from 0 to the token counts: q has ", q.dim(0), " rows, cu_seqlens_q ends at ",
+             oq.back(), "; k has ", k.dim(0), " rows, cu_seqlens_kv ends at ", ok.back());
+  std::vector<SequenceRows> rows;
+  for (size_t i = 0; i + 1 < oq.size(); ++i) {
+    const SequenceRows r{oq[i], oq[i + 1], ok[i], ok[i + 1]};
+    check.that(r.q1 >= r.q0 && r.k1 >= r.k0, "cu_seqlens must not decrease (sequence ", i, ")");
+    const int64_t lq = r.q1 - r.q0, lk = r.k1 - r.k0;
+    check.that(lq == 0 || lk > 0, "sequence ", i, " has ", lq, " queries but no keys");
+    check.that(!options.causal || lk >= lq, "causal attention needs at least as many keys as queries in every ",
+               "sequence (bottom-right alignment): sequence ", i, " has ", lq, " queries and ", lk, " keys");
+    rows.push_back(r);
+  }
+  check.that(std::isfinite(options.scale), "options.scale must be finite, got ", options.scale);
+  return rows;
+}
+
+// One sequence's rows of a [T, heads, D] tensor as a [1, L, heads, D] batch.
+Tensor rows_of(const Tensor& t, int64_t begin, int64_t end) {
+  return t.slice(begin, end).view({1, end - begin, t.dim(1), t.dim(2)});
+}
+
+// stats [H, Tq] columns [q0, q1) <-> a sequence's [1, H, L, 1] buffer.
+void stats_columns(const Tensor& stats, std::vector<float>& buffer, int64_t q0, int64_t q1, bool to_stats) {
+  const int64_t H = stats.dim(0), T = stats.dim(1), L = q1 - q0;
+  float* s = stats.data<float>();
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t j = 0; j < L; ++j) {
+      float& packed = s[h * T + q0 + j];
+      float& own = buffer[size_t(h * L + j)];
+      if (to_stats) packed = own;
+      else own = packed;
+    }
+}
+
+void refuse_cuda(Context& ctx, const char* op) {
+  MEGATRON_CHECK(!ctx.is_cuda(), op, ": packed (variable-length) attention runs on the CPU only so far; the CUDA path ",
+                 "(cuDNN's fused attention with ragged offsets) is not written yet");
+}
+
+}  // namespace
+
+void attention_forward_varlen(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv,
+                              const AttentionOptions& options) {
+  OpCheck check("attention_forward_varlen");
+  check.device(ctx, {{"out", out}, {"stats", stats}, {"q", q}, {"k", k}, {"v", v}});
+  const std::vector<SequenceRows> rows = check_varlen(check, q, k, v, cu_seqlens_q, cu_seqlens_kv, options);
+  check.shape("out", out, q.shape()).same_dtype({{"q", q}, {"out", out}});
+  check.shape("stats", stats, Shape{q.dim(1), q.dim(0)}).dtype("stats", stats, F32);
+  refuse_cuda(ctx, "attention_forward_varlen");
+  const double scale = attention_scale(options, q.dim(2));
+  std::vector<float> buffer;
+  for (const SequenceRows& r : rows) {
+    if (r.q1 == r.q0) continue;
+    buffer.assign(size_t(q.dim(1) * (r.q1 - r.q0)), 0.0f);
+    const Tensor own = Tensor::from_blob(buffer.data(), {1, q.dim(1), r.q1 - r.q0, 1}, F32, Device::cpu());
+    cpu::attention_forward(rows_of(out, r.q0, r.q1), own, rows_of(q, r.q0, r.q1), rows_of(k, r.k0, r.k1),
+                           rows_of(v, r.k0, r.k1), options.causal, scale);
+    stats_columns(stats, buffer, r.q0, r.q1, /*to_stats=*/true);
+  }
+}
+
+void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                               const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                               const Tensor& stats, const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv,
+                               const AttentionOptions& options) {
+  OpCheck check("attention_backward_varlen");
+  check.device(ctx, {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dout", dout}, {"q", q}, {"k", k}, {"v", v}, {"out", out},
+                     {"stats", stats}});
+  const std::vector<SequenceRows> rows = check_varlen(check, q, k, v, cu_seqlens_q, cu_seqlens_kv, options);
+  check.shape("out", out, q.shape()).shape("dout", dout, q.shape()).shape("dq", dq, q.shape());
+  check.shape("dk", dk, k.shape()).shape("dv", dv, k.shape());
+  check.same_dtype({{"q", q}, {"out", out}, {"dout", dout}, {"dq", dq}, {"dk", dk}, {"dv", dv}});
+  check.shape("stats", stats, Shape{q.dim(1), q.dim(0)}).dtype("stats", stats, F32);
+  refuse_cuda(ctx, "attention_backward_varlen");
+  const double scale = attention_scale(options, q.dim(2));
+  std::vector<float> buffer;
+  for (const SequenceRows& r : rows) {
+    if (r.q1 == r.q0) {  // keys that no query sees
+      const size_t row_bytes = size_t(k.dim(1) * k.dim(2)) * dtype_size(k.dtype());
+      std::memset(static_cast<char*>(dk.data_ptr()) + size_t(r.k0) * row_bytes, 0, size_t(r.k1 - r.k0) * row_bytes);
+      std::memset(static_cast<char*>(dv.data_ptr()) + size_t(r.k0) * row_bytes, 0, size_t(r.k1 - r.k0) * row_bytes);
+      continue;
+    }
+    buffer.assign(size_t(q.dim(1) * (r.q1 - r.q0)), 0.0f);
+    stats_columns(stats, buffer, r.q0, r.q1, /*to_stats=*/false);
+    const Tensor own = Tensor::from_blob(buffer.data(), {1, q.dim(1), r.q1 - r.q0, 1}, F32, Device::cpu());
+    cpu::attention_backward(rows_of(dq, r.q0, r.q1), rows_of(dk, r.k0, r.k1), rows_of(dv, r.k0, r.k1),
+                            rows_of(dout, r.q0, r.q1), rows_of(q, r.q0, r.q1), rows_of(k, r.k0, r.k1),
+                            rows_of(v, r.k0, r.k1), rows_of(out, r.q0, r.q1), own, options.causal, scale);
+  }
+}
+
+double attention_varlen_pairs(const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv, bool causal) {
+  const std::span<const int64_t> oq = offsets(cu_seqlens_q), ok = offsets(cu_seqlens_kv);
+  double pairs = 0;
+  for (size_t i = 0; i + 1 < oq.size() && i + 1 < ok.size(); ++i) {
+    const double lq = double(oq[i + 1] - oq[i]), lk = double(ok[i + 1] - ok[i]);
+    pairs += causal ? lq * (lq + 1) / 2 + lq * (lk - lq) : lq * lk;
+  }
+  return pairs;
+}
+
+}  // namespace megatron::ops
