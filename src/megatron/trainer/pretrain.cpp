@@ -181,6 +181,11 @@ int pretrain(const std::vector<std::string>& argv, const comm::DistributedRuntim
   }
 
   const Device device = pick_device(args.training.device, runtime);
+  MEGATRON_CHECK(device.is_cpu() || args.model.attention_dropout == 0, "--attention-dropout ",
+                 args.model.attention_dropout, " (Megatron's default is 0.1) runs on CPU ranks only: cuDNN's fused ",
+                 "attention draws its dropout masks in its own layout, not by each probability's index as the CPU ",
+                 "does, so GPU runs would not be comparable with CPU runs or across layouts; pass --attention-dropout 0 ",
+                 "to train on GPUs");
   const std::unique_ptr<Context> ctx = Context::create(device);
   configure_cpu_threads(args.training.cpu_threads, runtime.local_size());  // --cpu-threads, else a share of the node
   ctx->set_deterministic(args.training.deterministic_mode);
