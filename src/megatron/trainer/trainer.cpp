@@ -211,8 +211,12 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
   // The host prepares micro-batch m + 1 while the device runs micro-batch m; ranks with only middle pipeline
   // stages read nothing and keep the data position.
   HostMicroBatch next;
-  if (reads_data) next = prepare_micro_batch(data);
-  else data.skip(int64_t(M) * args_.training.micro_batch_size * parallel_->dp_size());
+  if (reads_data) {
+    TimerScope timer(forward_only ? nullptr : timers_, "batch-generator", 2, TimerClock::Host);
+    next = prepare_micro_batch(data);
+  } else {
+    data.skip(int64_t(M) * args_.training.micro_batch_size * parallel_->dp_size());
+  }
   int expected = 0;
   pipeline::ScheduleRun run{
       .chunks = chunks_,
@@ -222,9 +226,13 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
       .seq = local_seq(),
       .input = [&](int m) {
         MEGATRON_CHECK(m == expected++, "Trainer: micro-batch ", m, "'s data asked for out of order");
+        TimerScope timer(forward_only ? nullptr : timers_, "batch-generator", 2, TimerClock::Host);
         return upload(next);
       },
-      .prepare = [&](int) { next = prepare_micro_batch(data); },
+      .prepare = [&](int) {
+        TimerScope timer(forward_only ? nullptr : timers_, "batch-generator", 2, TimerClock::Host);
+        next = prepare_micro_batch(data);
+      },
       // Dropout masks by the global micro-batch number, so DP = N draws DP = 1's masks for the same samples;
       // gradients of loss * scale / (M x |DP x CP|): the data-parallel average is folded in here and the
       // reduction sums, so every layout computes the same gradient values inside its micro-batches (FP8 casts
@@ -237,7 +245,8 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
       },
       .hooks = {},
       .p2p = p2p_.get(),
-      .timeline = timeline_};
+      .timeline = timeline_,
+      .timers = forward_only ? nullptr : timers_};
   const distributed::DataParallelConfig& dp_config = ddp_->config();
   if (dp_config.shard_params || dp_config.shard_grads) {  // FSDP: gather and reduce around every use
     nn::ParamHooks& every = run.hooks.every_pass;
@@ -284,12 +293,17 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   r.global_batch_size = batch_schedule_.global_batch_size(train_data.consumed());
   num_micro_batches_ = int(r.global_batch_size / (int64_t(args_.training.micro_batch_size) * parallel_->dp_size()));
   ddp_->zero_grads(ctx_);
-  const std::vector<Tensor> losses = run_micro_batches(train_data, iteration, /*forward_only=*/false, num_micro_batches_);
+  std::vector<Tensor> losses;
+  {
+    TimerScope timer(timers_, "forward-backward", 1);
+    losses = run_micro_batches(train_data, iteration, /*forward_only=*/false, num_micro_batches_);
+  }
   {
     TimelineScope span(timeline_, "finalize grads", "grad-reduce");
     distributed::finalize_model_grads(ctx_, *ddp_, parameters(),
                                       {.tensor_parallel = parallel_->tp().comm.get(),
-                                       .embedding = parallel_->embedding().comm.get()});
+                                       .embedding = parallel_->embedding().comm.get()},
+                                      timers_);
     // Megatron updates the routers' expert biases at the end of finalize_model_grads, once per step.
     for (nn::GPTModel* chunk : chunks_)
       for (nn::TransformerLayer& layer : chunk->layers)
@@ -301,18 +315,21 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   // Unscale, check for overflow, compute the clip coefficient (agreed over the ranks); then the update with
   // the scheduled lr and weight decay, which applies the coefficient as it reads the gradients.
   TimelineScope span(timeline_, "clip + optimizer", "optimizer");
+  TimerScope optimizer_timer(timers_, "optimizer", 1);
   optim::GradPreparation prepared =
       optim::prepare_grads(ctx_, local_grads(), scaler_.get(), args_.training.clip_grad, grad_stats_groups(),
-                           norm_grads(false), norm_grads(true));
+                           norm_grads(false), norm_grads(true), timers_);
   r.learning_rate = scheduler_.lr();
   r.grad_norm = prepared.grad_norm;
   r.skipped = prepared.skip_update;
   if (!r.skipped) {
     const float clip = float(prepared.grad_scale);
-    if (dist_optimizer_)
-      dist_optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip);
-    else
+    if (dist_optimizer_) {
+      dist_optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip, timers_);
+    } else {
+      TimerScope timer(timers_, "optimizer-inner-step", 1);
       optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip);
+    }
     scheduler_.step(r.global_batch_size);  // Megatron counts the schedule in samples
   }
   // FP8: the iteration's amaxes become the next scales (delayed scaling; reduced over the stage's TP x DP x CP

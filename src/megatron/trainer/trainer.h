@@ -79,6 +79,10 @@ class Trainer {
   // Records each step's spans (schedule, forward/backward/point-to-point, gradient reduction, optimizer) on
   // `timeline` while it is recording; null: none. `timeline` must outlive the trainer or be reset to null.
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+  // Megatron's timers (runtime/timers.h; null: none): forward-backward, the gradient reductions and the
+  // optimizer's parts (level 1), batch-generator and the schedule's compute and point-to-point timers (level 2).
+  // `timers` must outlive the trainer or be reset to null.
+  void set_timers(Timers* timers) { timers_ = timers; }
   // Mean loss over eval_iters global batches of `data` (no gradients, no dropout), averaged over DP.
   double evaluate(SampleStream& data);
 
@@ -160,6 +164,7 @@ class Trainer {
   std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<pipeline::PipelineComm> p2p_;  // with PP > 1
   Timeline* timeline_ = nullptr;
+  Timers* timers_ = nullptr;
   int num_micro_batches_ = 1;
   size_t optimizer_allocated_bytes_ = 0;
   CpuAllocator host_;
