@@ -5,6 +5,7 @@
 
 #include "megatron/distributed/finalize_model_grads.h"
 #include "megatron/ops/elementwise/elementwise.h"
+#include "megatron/ops/optimizer/optimizer.h"
 
 namespace megatron::trainer {
 namespace {
@@ -415,7 +416,8 @@ std::vector<double> host_values(Context& ctx, const Tensor& t) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, double>> Trainer::moe_losses(int64_t iterations) {
+std::vector<std::pair<std::string, double>> Trainer::moe_losses(
+    int64_t iterations, std::vector<std::pair<std::string, double>>* per_layer) {
   const nn::MoeConfig& moe = chunks_.front()->config().moe;
   if (!moe.enabled()) return {};
   const int L = chunks_.front()->config().num_layers;
@@ -444,8 +446,47 @@ std::vector<std::pair<std::string, double>> Trainer::moe_losses(int64_t iteratio
     double sum = 0;
     for (int l = 0; l < L; ++l) sum += shares[size_t(l) * nn::kRouterMetrics + size_t(k)];
     out.emplace_back(nn::router_metric_name(k), sum / per);
+    if (per_layer == nullptr) continue;
+    const double per_one_layer = per / std::max(moe_layers, 1);
+    for (int l = 0; l < L; ++l)
+      per_layer->emplace_back(str_cat("moe/", nn::router_metric_name(k), "_layer_", l),
+                              shares[size_t(l) * nn::kRouterMetrics + size_t(k)] / per_one_layer);
   }
   return out;
+}
+
+double Trainer::params_norm() {
+  acquire_params_for_checkpoint();  // every parameter whole on this rank (FSDP gathers them)
+  std::vector<Tensor> dense, expert;
+  for (nn::Parameter* p : parameters())
+    if (!p->placement.duplicate()) (p->placement.expert ? expert : dense).push_back(p->value);
+  // The values are the same on every data-parallel rank: the norm sums over the model-parallel ranks only.
+  optim::GradStatsGroups groups;
+  groups.norm_groups.push_back(parallel_->model_parallel().comm.get());
+  if (model_has_experts_) groups.expert_norm_groups.push_back(parallel_->expert_model_parallel().comm.get());
+  const double norm = optim::global_grad_norm(ctx_, dense, expert, groups);
+  release_params_after_checkpoint(/*loaded=*/false);
+  return norm;
+}
+
+int64_t Trainer::num_zeros_in_grads() {
+  const optim::GradStatsGroups groups = grad_stats_groups();
+  auto count = [&](const std::vector<Tensor>& grads, const std::vector<comm::Communicator*>& over) {
+    double zeros[1] = {0.0};
+    if (!grads.empty()) {
+      Tensor n = ctx_.empty({1}, DType::I64);
+      ops::multi_tensor_count_zeros(ctx_, n, grads);
+      int64_t host = 0;
+      copy_tensor(ctx_, Tensor::from_blob(&host, {1}, DType::I64, Device::cpu()), n);
+      zeros[0] = double(host);
+    }
+    for (comm::Communicator* group : over)
+      if (group != nullptr) group->all_reduce_host(zeros, comm::ReduceOp::Sum);
+    return zeros[0];
+  };
+  double total = count(norm_grads(false), groups.norm_groups);
+  if (model_has_experts_) total += count(norm_grads(true), groups.expert_norm_groups);
+  return int64_t(total);
 }
 
 }  // namespace megatron::trainer
