@@ -1,6 +1,6 @@
 // Megatron FSDP through the trainer, under `mpiexec -np 8` (CPU ranks, fp32): every sharding strategy
 // (--data-parallel-sharding-strategy no_shard, optim, optim_grads, optim_grads_params) trains 10 iterations at
-// DP = 2, the sharded ones also at DP = 4 and TP = 2 + SP x DP = 2, optim_grads_params also with PP = 2 x DP = 2,
+// DP = 2, DP = 4 (overlap flags on) and TP = 2 + SP x DP = 2, optim_grads_params also with PP = 2 x DP = 2,
 // CP = 2 x DP = 2, with full recomputation, and with EP = 2 for a MoE model (FP8: test_trainer_fp8_mpi); each must give one rank's losses, gradient norms,
 // router losses and validation loss within 1e-5 relative: the same step as DDP, whose equality with one rank test_trainer_data_parallel_mpi holds. The
 // sharded strategies reduce every micro-batch's gradients unit by unit and gather the parameters around each
@@ -46,22 +46,25 @@ TEST(FsdpTraining, EveryShardingStrategyTrainsLikeOneRank) {
   auto world = testing::mpi_world();
   ASSERT_EQ(world->size(), 8) << "run with mpiexec -np 8";
   const std::vector<std::string> tp2 = {"--tensor-model-parallel-size", "2", "--sequence-parallel"};
-  // no_shard and optim are DDP and the distributed optimizer with a bucket per module group: DP = 2 covers them;
-  // the sharded strategies run every layout.
-  const std::vector<Layout> layouts = {
-      {"FSDP no_shard DP=2", 2, {}, fsdp("no_shard")},
-      {"FSDP optim DP=2, overlapped reduction", 2, {}, fsdp("optim", {"--overlap-grad-reduce"})},
-      {"FSDP optim_grads TP=2 + SP x DP=2", 4, {.tensor_model_parallel = 2}, fsdp("optim_grads", tp2)},
-      {"FSDP optim_grads_params DP=4, overlapped reduction", 4, {}, fsdp("optim_grads_params", {"--overlap-grad-reduce"})},
-      {"FSDP optim_grads_params TP=2 + SP x DP=2", 4, {.tensor_model_parallel = 2}, fsdp("optim_grads_params", tp2)},
-      {"FSDP optim_grads_params PP=2 x DP=2", 4, {.pipeline_model_parallel = 2},
-       fsdp("optim_grads_params", {"--pipeline-model-parallel-size", "2"})},
-      {"FSDP optim_grads_params CP=2 x DP=2", 4, {.context_parallel = 2},
-       fsdp("optim_grads_params", {"--context-parallel-size", "2"})},
-      {"FSDP optim_grads_params DP=2, full recomputation", 2, {},
-       fsdp("optim_grads_params", {"--recompute-granularity", "full", "--recompute-method", "uniform",
-                                   "--recompute-num-layers", "2"})},
-  };
+  std::vector<Layout> layouts;
+  for (const std::string strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
+    layouts.push_back({str_cat("FSDP ", strategy, " DP=2"), 2, {}, fsdp(strategy)});
+    // no_shard keeps the replicated optimizer, which has no parameter gather to overlap.
+    const std::vector<std::string> overlap = strategy == std::string("no_shard")
+                                                 ? std::vector<std::string>{"--overlap-grad-reduce"}
+                                                 : std::vector<std::string>{"--overlap-grad-reduce", "--overlap-param-gather"};
+    layouts.push_back({str_cat("FSDP ", strategy, " DP=4, overlapped reduction (and gather)"), 4, {},
+                       fsdp(strategy, overlap)});
+    layouts.push_back({str_cat("FSDP ", strategy, " TP=2 + SP x DP=2"), 4, {.tensor_model_parallel = 2},
+                       fsdp(strategy, tp2)});
+  }
+  layouts.push_back({"FSDP optim_grads_params PP=2 x DP=2", 4, {.pipeline_model_parallel = 2},
+                     fsdp("optim_grads_params", {"--pipeline-model-parallel-size", "2"})});
+  layouts.push_back({"FSDP optim_grads_params CP=2 x DP=2", 4, {.context_parallel = 2},
+                     fsdp("optim_grads_params", {"--context-parallel-size", "2"})});
+  layouts.push_back({"FSDP optim_grads_params DP=2, full recomputation", 2, {},
+                     fsdp("optim_grads_params", {"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                                 "--recompute-num-layers", "2"})});
   expect_layouts_train_like_one_rank(*world, layouts, {{"gpt", kGpt}, {"llama", kLlama}}, make_args);
 }
 
