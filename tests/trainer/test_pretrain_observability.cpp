@@ -263,21 +263,41 @@ std::vector<pid_t> children_of(pid_t pid) {
   return out;
 }
 
-// Waits until `log` shows iteration `iteration`'s line (or the process ended); true when it does.
+// Waits until `log` shows iteration `iteration`'s line (or the process ended, left unreaped); true when it does.
 bool wait_for_iteration(const fs::path& log, int64_t iteration, pid_t pid) {
   for (int i = 0; i < 1200; ++i) {
     if (iteration_lines(read_file(log)).count(iteration)) return true;
-    if (waitpid(pid, nullptr, WNOHANG) != 0) return false;
+    siginfo_t info{};
+    if (waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != 0) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
 }
 
-int exit_status(pid_t pid) {
-  int status = 0;
-  EXPECT_EQ(waitpid(pid, &status, 0), pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+// An mpiexec job started through spawn_shell; a test that leaves before reaping it ends the job (mpiexec
+// answers SIGTERM by killing its ranks) and reaps it, so no run outlives its test.
+class Job {
+ public:
+  explicit Job(const std::string& command) : pid_(spawn_shell(command)) {}
+  ~Job() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+  pid_t pid() const { return pid_; }
+  // Waits for the job and returns its exit status (128 + the signal's number when a signal ended it).
+  int wait() {
+    int status = 0;
+    EXPECT_EQ(waitpid(pid_, &status, 0), pid_);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_;
+};
 
 int64_t latest_checkpoint(const fs::path& dir) {
   std::ifstream f(dir / "latest_checkpointed_iteration.txt");
@@ -286,21 +306,22 @@ int64_t latest_checkpoint(const fs::path& dir) {
   return it;
 }
 
-// The flags of the runs that are signalled: long enough that the signal arrives mid-run, the schedule fixed by
-// --lr-decay-iters so that a shorter reference run follows the same learning rates.
-const std::string kSignalled = kModel + " --train-iters 400 --lr-decay-iters 40 --log-interval 1 --eval-iters 0";
+// The flags of the runs that are signalled: far longer than the signal takes to arrive (Job ends a run that is
+// never signalled), the schedule fixed by --lr-decay-iters so that a shorter reference run follows the same
+// learning rates.
+const std::string kSignalled = kModel + " --train-iters 20000 --lr-decay-iters 40 --log-interval 1 --eval-iters 0";
 
 TEST(PretrainObservability, SigtermToBothRanksSavesExitsZeroAndResumesBitExact) {
   const fs::path dir = testing::make_temp_dir("pretrain_sigterm");
   const std::string ckpt = (dir / "ckpt").string();
-  // mpiexec is exec'd by the shell: `pid` is mpiexec itself, its children the two ranks.
-  const pid_t pid = spawn_shell("exec env " + two_ranks() + kSignalled + " --save " + ckpt +
-                                " --exit-signal-handler > " + (dir / "signalled.log").string() + " 2>&1");
-  ASSERT_TRUE(wait_for_iteration(dir / "signalled.log", 3, pid)) << read_file(dir / "signalled.log");
-  const std::vector<pid_t> ranks = children_of(pid);
+  // mpiexec is exec'd by the shell: the job's process is mpiexec itself, its children the two ranks.
+  Job job("exec env " + two_ranks() + kSignalled + " --save " + ckpt + " --exit-signal-handler > " +
+          (dir / "signalled.log").string() + " 2>&1");
+  ASSERT_TRUE(wait_for_iteration(dir / "signalled.log", 3, job.pid())) << read_file(dir / "signalled.log");
+  const std::vector<pid_t> ranks = children_of(job.pid());
   ASSERT_EQ(ranks.size(), 2u);
   for (pid_t rank : ranks) kill(rank, SIGTERM);  // as Slurm signals every task of a step
-  EXPECT_EQ(exit_status(pid), 0) << read_file(dir / "signalled.log");
+  EXPECT_EQ(job.wait(), 0) << read_file(dir / "signalled.log");
   const std::string log = read_file(dir / "signalled.log");
   const int64_t k = latest_checkpoint(ckpt);
   ASSERT_GE(k, 3) << log;
@@ -328,11 +349,11 @@ TEST(PretrainObservability, SigtermToBothRanksSavesExitsZeroAndResumesBitExact) 
 TEST(PretrainObservability, SigusrToMpirunIsForwardedAndLeavesCleanly) {
   const fs::path dir = testing::make_temp_dir("pretrain_sigusr1");
   const std::string ckpt = (dir / "ckpt").string();
-  const pid_t pid = spawn_shell("exec env " + two_ranks() + kSignalled + " --save " + ckpt +
-                                " --exit-signal-handler --exit-signal SIGUSR1 > " + (dir / "log.txt").string() + " 2>&1");
-  ASSERT_TRUE(wait_for_iteration(dir / "log.txt", 2, pid)) << read_file(dir / "log.txt");
-  kill(pid, SIGUSR1);
-  EXPECT_EQ(exit_status(pid), 0) << read_file(dir / "log.txt");
+  Job job("exec env " + two_ranks() + kSignalled + " --save " + ckpt + " --exit-signal-handler --exit-signal SIGUSR1 > " +
+          (dir / "log.txt").string() + " 2>&1");
+  ASSERT_TRUE(wait_for_iteration(dir / "log.txt", 2, job.pid())) << read_file(dir / "log.txt");
+  kill(job.pid(), SIGUSR1);
+  EXPECT_EQ(job.wait(), 0) << read_file(dir / "log.txt");
   const int64_t k = latest_checkpoint(ckpt);
   EXPECT_GE(k, 2);
   EXPECT_NE(read_file(dir / "log.txt").find("after receiving SIGUSR1"), std::string::npos) << read_file(dir / "log.txt");
