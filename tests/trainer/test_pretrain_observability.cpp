@@ -112,6 +112,24 @@ void expect_scalar(const nlohmann::json& tb, const std::string& tag, int64_t ste
   ADD_FAILURE() << tag << " has no step " << step << ": " << tb[tag].dump();
 }
 
+// Every validation block of the log ("lm loss value: X | lm loss PPL: Y") against TensorBoard's validation
+// scalars; returns the number of blocks.
+int expect_validation_scalars(const nlohmann::json& tb, const std::string& log, int64_t gbs) {
+  std::istringstream in(log);
+  int evaluated = 0;
+  for (std::string s; std::getline(in, s);) {
+    std::smatch m;
+    if (!std::regex_search(s, m, std::regex(R"(validation loss at iteration (\d+) \|)"))) continue;
+    const int64_t it = std::stoll(m[1]);
+    const double loss = field(s, "lm loss value"), ppl = field(s, "lm loss PPL");
+    expect_scalar(tb, "lm loss validation", it, loss, 1e-6 * loss);
+    expect_scalar(tb, "lm loss validation vs samples", it * gbs, loss, 1e-6 * loss);
+    expect_scalar(tb, "lm loss validation ppl", it, ppl, 1e-6 * ppl);
+    ++evaluated;
+  }
+  return evaluated;
+}
+
 TEST(PretrainObservability, MegatronDefaultsTrainAndTensorBoardHoldsTheLogLinesValues) {
   const fs::path dir = testing::make_temp_dir("pretrain_tensorboard");
   const int64_t iters = 4, gbs = 8;
@@ -177,20 +195,7 @@ TEST(PretrainObservability, MegatronDefaultsTrainAndTensorBoardHoldsTheLogLinesV
     expect_scalar(tb, "mem-allocated-bytes", it, tb["mem-allocated-bytes"][size_t(it - 1)][1].get<double>(), 0.0);
   }
   for (const auto& e : tb["mem-max-allocated-bytes"]) EXPECT_GT(e[1].get<double>(), 0.0);
-  // Validation at iterations 2 and 4 (the log's "lm loss value: X | lm loss PPL: Y").
-  std::istringstream in(log);
-  int64_t evaluated = 0;
-  for (std::string s; std::getline(in, s);) {
-    std::smatch m;
-    if (!std::regex_search(s, m, std::regex(R"(validation loss at iteration (\d+) \|)"))) continue;
-    const int64_t it = std::stoll(m[1]);
-    const double loss = field(s, "lm loss value"), ppl = field(s, "lm loss PPL");
-    expect_scalar(tb, "lm loss validation", it, loss, 1e-6 * loss);
-    expect_scalar(tb, "lm loss validation vs samples", it * gbs, loss, 1e-6 * loss);
-    expect_scalar(tb, "lm loss validation ppl", it, ppl, 1e-6 * ppl);
-    ++evaluated;
-  }
-  EXPECT_EQ(evaluated, 2);
+  EXPECT_EQ(expect_validation_scalars(tb, log, gbs), 2) << "validation at iterations 2 and 4";
   for (const auto& [it, line] : lines) EXPECT_TRUE(std::isfinite(field(line, "lm loss")));
   fs::remove_all(dir);
 }
