@@ -7,7 +7,8 @@
 //   - the straggler report names the rank MEGATRON_TEST_STRAGGLER slows down, with its layout position;
 //   - --exit-signal-handler: SIGTERM sent to both ranks mid-run stops them after one agreed iteration, with a
 //     checkpoint and status 0, from which the run resumes bit for bit; SIGUSR1 sent to mpirun itself (which
-//     forwards it) does the same with --exit-signal SIGUSR1.
+//     forwards it) does the same with --exit-signal SIGUSR1;
+//   - on a GPU (label gpu): the device timers nest on the compute stream.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -247,6 +248,36 @@ TEST(PretrainObservability, StragglerReportNamesTheSlowRank) {
       EXPECT_TRUE(block.count(name)) << name << " missing:\n" << log;
     EXPECT_GT(block.at("batch-generator").second, 10 * block.at("batch-generator").first) << log;
   }
+  fs::remove_all(dir);
+}
+
+// On a GPU the timers are CUDA events on the compute stream: one rank at level 2 reports Megatron's names with
+// device times, and the schedule's time (forward-backward) holds the forward and backward computes queued
+// inside it on the same stream; the straggler detector reports too.
+TEST(PretrainObservabilityGpu, DeviceTimersNestOnTheComputeStream) {
+  if (!testing::have_gpu()) GTEST_SKIP() << "no CUDA device / CUDA backend";
+  const fs::path dir = testing::make_temp_dir("pretrain_gpu_timers");
+  const std::string model =  // head dimension 64, as cuDNN's fused attention likes it
+      " --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --micro-batch-size 2 "
+      "--global-batch-size 8 --lr 1e-3 --mock-data --vocab-size 4096 --device cuda --bf16 --seed 3";
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + std::string(MPIEXEC) +
+                          " -np 1 " + PRETRAIN_GPT_EXE + model +
+                          " --attention-dropout 0 --train-iters 4 --log-interval 2 --eval-iters 0 --timing-log-level 2"
+                          " --log-straggler --exit-signal-handler > " + (dir / "log.txt").string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << read_file(dir / "log.txt");
+  const std::string log = read_file(dir / "log.txt");
+  const auto blocks = timer_blocks(log);
+  ASSERT_EQ(blocks.size(), 2u) << log;
+  for (const auto& block : blocks) {
+    for (const char* name : {"forward-backward", "optimizer", "optimizer-inner-step", "forward-compute", "backward-compute"})
+      ASSERT_TRUE(block.count(name)) << name << " missing:\n" << log;
+    const double computes = block.at("forward-compute").second + block.at("backward-compute").second;
+    EXPECT_GT(block.at("forward-compute").second, 0.0) << log;
+    EXPECT_GT(block.at("backward-compute").second, 0.0) << log;
+    EXPECT_GE(block.at("forward-backward").second + 0.02, computes) << log;  // two decimals printed
+    EXPECT_GE(block.at("optimizer").second + 0.02, block.at("optimizer-inner-step").second) << log;
+  }
+  EXPECT_NE(log.find("straggler report at iteration 4"), std::string::npos) << log;
   fs::remove_all(dir);
 }
 
