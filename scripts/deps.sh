@@ -4,14 +4,15 @@
 # everything is there already.
 #
 #   scripts/deps.sh           # to build, train and run the quickstart
-#   scripts/deps.sh --tests   # also what only tests use: torchrun (Debian's python3-torch), for scripts/test.sh
+#   scripts/deps.sh --tests   # also what only tests use: torchrun (Debian's python3-torch) and the tensorboard
+#                             # package (its EventAccumulator reads the event files back), for scripts/test.sh
 set -euo pipefail
 WITH_TESTS=0
 [ "${1:-}" = "--tests" ] && WITH_TESTS=1
 
 APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev
               libcli11-dev libpcre2-dev libicu-dev libopenmpi-dev openmpi-bin libsentencepiece-dev libyaml-cpp-dev
-              python3-pip)
+              libprotobuf-dev protobuf-compiler python3-pip)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -68,3 +69,7 @@ pip_install safetensors safetensors
 pip_install tokenizers tokenizers
 pip_install tiktoken tiktoken
 pip_install sentencepiece sentencepiece
+# TensorBoard's reader, against which the event files of --tensorboard-dir are tested (~20 s to install).
+if [ "$WITH_TESTS" = 1 ]; then
+  pip_install tensorboard tensorboard
+fi

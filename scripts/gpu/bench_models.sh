@@ -17,8 +17,10 @@
 #      mbs. fp32 weights, gradients and Adam moments alone are 70-80 GiB here (the peer peaks at 96.5 GiB at
 #      mbs 2, 89 GiB at mbs 1): run it on an H200. PEER_MOE_IMPL=loop|grouped pins the peer's experts.
 #      Not in the default set (no --only): pass --only moe.
+#   6. observability (--only observability): the 0.89B at the defaults, with level-1 and level-2 timers and
+#      the straggler detector, and with TensorBoard, side by side (docs/observability.md). Not in the default set.
 #
-#   scripts/gpu/bench_models.sh [--skip-peer] [--only gpt2|llama|llama-long|moe|parity|determinism]
+#   scripts/gpu/bench_models.sh [--skip-peer] [--only gpt2|llama|llama-long|moe|observability|parity|determinism]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -128,6 +130,17 @@ if want llama-long; then
     rows+=("$(ours "llama-0.89b-seq$seq" 1 $gbs 8 "${long[@]}")")
     [ $SKIP_PEER = 0 ] && rows+=("$(PEER_ITERS=4 peer llama-0.89b 1 $gbs $seq)")
   done
+fi
+
+# The cost of watching (--only observability): the 0.89B at mbs 8 at the defaults (no timers, no TensorBoard,
+# no straggler detector), then with Megatron's level-1 and level-2 timers and the straggler detector, then with
+# TensorBoard's event files (refused where the build found no Protobuf); one call, one GPU, the same settings.
+if want_explicit observability; then
+  rows+=("$(ours llama-0.89b-defaults 8 32 10 "${LLAMA[@]}")")
+  rows+=("$(ours llama-0.89b-timers1-straggler 8 32 10 "${LLAMA[@]}" --timing-log-level 1 --log-straggler)")
+  rows+=("$(ours llama-0.89b-timers2-straggler 8 32 10 "${LLAMA[@]}" --timing-log-level 2 --log-straggler)")
+  rows+=("$(ours llama-0.89b-tensorboard 8 32 10 "${LLAMA[@]}" --tensorboard-dir "$OUT/tensorboard" \
+            --log-timers-to-tensorboard --timing-log-level 1)")
 fi
 
 if want_explicit moe; then

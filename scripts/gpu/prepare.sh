@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run here (not on the GPU machine): copies the cudnn-frontend and nlohmann-json headers and PCRE2 (header and
-# static library) into .deps/ (git-ignored) so a device call can carry them (`carry: [".deps"]`), since the
-# GPU machine cannot install anything.
+# Run here (not on the GPU machine): copies the cudnn-frontend and nlohmann-json headers, PCRE2 (header and
+# static library) and Protobuf (headers, static library, protoc) into .deps/ (git-ignored) so a device call can
+# carry them (`carry: [".deps"]`), since the GPU machine cannot install anything.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/deps.sh
@@ -23,4 +23,23 @@ rm -rf .deps/pcre2 && mkdir -p .deps/pcre2/include .deps/pcre2/lib
 cp "$PCRE2_INCLUDE/pcre2.h" .deps/pcre2/include/
 cp "$PCRE2_LIB/libpcre2-8.a" .deps/pcre2/lib/
 echo "pcre2 $(pkg-config --modversion libpcre2-8) -> .deps/pcre2"
+# Protobuf for TensorBoard's event files (--tensorboard-dir): the GPU machine has no libprotobuf-dev. Debian 12's
+# headers, static library and protoc (with the two shared libraries it needs, found next to it by a wrapper);
+# scripts/gpu/run.sh passes -DProtobuf_ROOT=.deps/protobuf, and a protoc that does not run there leaves
+# TensorBoard out of the build (src/megatron/tensorboard/CMakeLists.txt) rather than failing it.
+if command -v protoc >/dev/null 2>&1 && [ -f /usr/include/google/protobuf/message.h ]; then
+  PB_LIB=$(dirname "$(readlink -f "$(ldconfig -p | awk '/libprotobuf.so[.0-9]* /{print $NF; exit}')")")
+  rm -rf .deps/protobuf && mkdir -p .deps/protobuf/include/google .deps/protobuf/lib .deps/protobuf/bin
+  cp -r /usr/include/google/protobuf .deps/protobuf/include/google/
+  cp "$PB_LIB/libprotobuf.a" .deps/protobuf/lib/
+  cp "$(readlink -f "$(command -v protoc)")" .deps/protobuf/bin/protoc.bin
+  for so in $(ldd "$(command -v protoc)" | awk '/libproto/{print $3}'); do cp -L "$so" .deps/protobuf/bin/; done
+  cat > .deps/protobuf/bin/protoc <<'SH'
+#!/bin/sh
+here=$(dirname "$0")
+LD_LIBRARY_PATH="$here${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/protoc.bin" "$@"
+SH
+  chmod +x .deps/protobuf/bin/protoc
+  echo "protobuf $(.deps/protobuf/bin/protoc --version) -> .deps/protobuf"
+fi
 du -sh .deps

@@ -38,6 +38,11 @@ if [ -f .deps/pcre2/include/pcre2.h ]; then
 else
   echo "no .deps/pcre2 (run scripts/gpu/prepare.sh and carry .deps): the PCRE2 tokenizers are skipped" | tee -a "$OUT/gpu.txt"
 fi
+if [ -x .deps/protobuf/bin/protoc ]; then
+  TOKENIZER_ARGS+=(-DProtobuf_ROOT="$PWD/.deps/protobuf")
+else
+  echo "no .deps/protobuf (run scripts/gpu/prepare.sh and carry .deps): --tensorboard-dir is refused" | tee -a "$OUT/gpu.txt"
+fi
 if ! cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
      -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" "${TOKENIZER_ARGS[@]}" >"$OUT/configure.log" 2>&1; then
   tail -30 "$OUT/configure.log"; echo "configure FAILED"; exit 1

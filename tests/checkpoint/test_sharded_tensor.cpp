@@ -1,13 +1,12 @@
 // The resharding rule on synthetic layouts: a tensor saved as pieces of one layout (row blocks with
 // data-parallel replicas, column blocks, flat ranges of a concatenated buffer) and loaded as pieces of
-// another gives back exactly the original elements; gaps and overlaps are refused. Plus CRC-32C.
+// another gives back exactly the original elements; gaps and overlaps are refused.
 #include <gtest/gtest.h>
 
 #include <numeric>
 #include <string>
 
 #include "harness.h"
-#include "megatron/checkpoint/crc32c.h"
 #include "megatron/checkpoint/sharded_tensor.h"
 
 namespace megatron::checkpoint {
@@ -186,22 +185,6 @@ TEST(ShardedTensor, CoverageErrorsNameTheTensorAndThePieces) {
 TEST(ShardedTensor, ScalarsAreOneElement) {
   const std::vector<float> global = {42.0f};
   reshard_and_check(global, {whole_tensor("s", {}, DType::F32)}, {whole_tensor("s", {}, DType::F32)});
-}
-
-TEST(Crc32c, KnownValuesAndIncrementalUpdates) {
-  const std::string check = "123456789";
-  EXPECT_EQ(crc32c(check.data(), check.size()), 0xE3069283u);
-  EXPECT_EQ(crc32c("", 0), 0u);
-  // RFC 3720 (iSCSI) test vector: 32 bytes of zeros.
-  std::vector<uint8_t> zeros(32, 0);
-  EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
-  std::vector<uint8_t> data(1000);
-  for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 31 + 7);
-  const uint32_t whole = crc32c(data.data(), data.size());
-  for (size_t cut : {size_t(0), size_t(1), size_t(7), size_t(500), size_t(999)})
-    EXPECT_EQ(crc32c_update(crc32c(data.data(), cut), data.data() + cut, data.size() - cut), whole);
-  data[500] ^= 1;
-  EXPECT_NE(crc32c(data.data(), data.size()), whole);
 }
 
 }  // namespace

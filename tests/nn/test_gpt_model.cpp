@@ -383,11 +383,11 @@ TEST(GptModel, HiddenDropoutMasksDependOnTheStep) {
 
 TEST(GptModel, ConfigurationErrorsListEveryProblem) {
   train::ModelArguments args = tiny_args();
-  args.attention_dropout = 0.1;
+  args.attention_dropout = 1.0;
   args.num_query_groups = 3;
   args.normalization = "BatchNorm";
   testing::expect_error([&] { train::transformer_config(args, DType::F32, 1); },
-                        {"--attention-dropout 0.1 is not supported yet", "--num-query-groups 3", "BatchNorm"});
+                        {"--attention-dropout 1 must be in [0, 1)", "--num-query-groups 3", "BatchNorm"});
 }
 
 // ---- GPU (the lead runs these on an H100) ----

@@ -199,8 +199,32 @@ std::vector<OpCase> packed_cases() {
   return cases;
 }
 
+// Counting zeros: random inputs (almost no zeros) with planted zero rows of every dtype, and -0.
+OpCase count_zeros_case() {
+  OpCase c;
+  c.name = "count_zeros_mixed";
+  const std::vector<std::pair<Shape, DType>> specs = {
+      {{1000, 7}, DType::F32}, {{33, 5}, DType::BF16}, {{4097, 3}, DType::F16}, {{1, 1}, DType::F32}};
+  for (const auto& [shape, dtype] : specs) c.inputs.push_back({shape, dtype});
+  c.outputs = {{Shape{1}, DType::I64}};
+  c.max_nmse = {0.0};
+  c.run = [](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+    std::vector<Tensor> copies;
+    for (const Tensor& x : in) {
+      Tensor y = ctx.empty(x.shape(), x.dtype());
+      ops::multi_tensor_scale(ctx, {y}, Tensor(), {x}, 1.0f);
+      const int64_t rows = (y.dim(0) + 2) / 3;  // a third of the rows: +0, and -0 where x < 0
+      ops::multi_tensor_scale(ctx, {y.slice(0, rows)}, Tensor(), {x.slice(0, rows)}, 0.0f);
+      copies.push_back(y);
+    }
+    ops::multi_tensor_count_zeros(ctx, out[0], copies);
+  };
+  return c;
+}
+
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases = adam_cases();
+  cases.push_back(count_zeros_case());
   for (OpCase& c : packed_cases()) cases.push_back(std::move(c));
   cases.push_back(norm_case("l2_norm_mixed", {{1, DType::F32},
                                               {7, DType::BF16},
@@ -315,6 +339,29 @@ TEST(OptimizerReference, L2NormMatchesDoubleSum) {
   EXPECT_NEAR(out.data<float>()[0], std::sqrt(total), 1e-6 * std::sqrt(total));
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(per.data<float>()[i], each[size_t(i)], 1e-6 * each[size_t(i)] + 1e-30);
   EXPECT_EQ(per.data<float>()[3], 0.f);
+}
+
+TEST(OptimizerReference, CountZerosCountsEveryZero) {
+  Context& ctx = testing::cpu_context();
+  std::vector<Tensor> ts;
+  int64_t zeros = 0;
+  for (auto [n, d] : std::vector<std::pair<int64_t, DType>>{{1, DType::F32}, {100000, DType::BF16}, {77, DType::F16},
+                                                           {0, DType::F32}, {5000, DType::F64}}) {
+    Tensor t = ctx.empty({n}, d);
+    testing::fill_random(t, uint64_t(n) + 11, -1, 1);
+    const size_t bytes = dtype_size(d);
+    for (int64_t i = 0; i < n; i += 3) {  // every third element, alternating +0 and -0 (the sign bit alone)
+      char* element = static_cast<char*>(t.data_ptr()) + size_t(i) * bytes;
+      std::memset(element, 0, bytes);
+      if (i % 2) element[bytes - 1] = char(0x80);  // little-endian: the sign bit is in the last byte
+    }
+    for (double x : testing::to_doubles(ctx, t)) zeros += x == 0.0;
+    ts.push_back(t);
+  }
+  Tensor out = ctx.empty({1}, DType::I64);
+  ops::multi_tensor_count_zeros(ctx, out, ts);
+  EXPECT_EQ(out.data<int64_t>()[0], zeros);
+  EXPECT_GE(zeros, 100000 / 3);
 }
 
 // found_inf with planted inf / NaN / fp16 overflow, on any context.

@@ -2,7 +2,8 @@
 // type -- p2p (the ring), a2a, all_gather, a2a+p2p (2 x 2 hierarchical) -- at CP = 2 (two groups side by side)
 // and CP = 4, MHA, GQA and MQA where the type allows, one and two sequences per micro-batch, each rank holds
 // its load-balanced chunks of whole sequences and the forward and backward must equal whole-sequence causal
-// attention computed on one rank, chunk for chunk (out, dq, dk, dv).
+// attention computed on one rank, chunk for chunk (out, dq, dk, dv), without and with attention dropout (every
+// type draws the whole sequence's masks at its tokens' positions and heads).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -42,12 +43,12 @@ struct Case {
 };
 
 // Every rank of `cp` computes its chunks with `type` and compares them with the whole-sequence result.
-void expect_matches_whole(const ContextParallel& cp, CpCommType type, const Case& k) {
+void expect_matches_whole(const ContextParallel& cp, CpCommType type, const Case& k, float dropout) {
   Context& ctx = cpu_context();
   const int P = cp.size();
   const int64_t S = 2 * P * k.c, D = 8;
   SCOPED_TRACE(str_cat(cp_comm_type_name(type), " CP=", P, " B=", k.B, " c=", k.c, " H=", k.H, " G=", k.G, " ",
-                       dtype_name(k.dtype)));
+                       dtype_name(k.dtype), " attention dropout ", dropout));
   const uint64_t seed = seed_from(str_cat("cp", P, k.B, k.c, k.H, k.G));
   auto random = [&](const Shape& s, uint64_t offset) {
     Tensor x = ctx.empty(s, k.dtype);
@@ -56,7 +57,8 @@ void expect_matches_whole(const ContextParallel& cp, CpCommType type, const Case
   };
   const Tensor q = random({k.B, S, k.H, D}, 0), kk = random({k.B, S, k.G, D}, 1), v = random({k.B, S, k.G, D}, 2),
                dout = random({k.B, S, k.H, D}, 3);
-  const ops::AttentionOptions causal{.causal = true};
+  // With attention dropout the whole sequence's call and every rank's calls address the same [B, H, S, S].
+  const ops::AttentionOptions causal{.causal = true, .dropout = {.p = dropout, .seed = 9, .offset = 17, .seq = S}};
   Tensor out = ctx.empty(q.shape(), k.dtype), stats = ctx.empty({k.B, k.H, S, 1}, DType::F32);
   ops::attention_forward(ctx, out, stats, q, kk, v, causal);
   Tensor dq = ctx.empty(q.shape(), k.dtype), dk = ctx.empty(kk.shape(), k.dtype), dv = ctx.empty(v.shape(), k.dtype);
@@ -99,7 +101,8 @@ TEST(ContextParallelAttention, EveryTypeEqualsWholeSequenceAttention) {
     // Two CP = 2 groups ({0, 1} and {2, 3}) run side by side; CP = 4 is the whole world.
     const ContextParallel base{.group = world->split(world->rank() / P, world->rank(), str_cat("cp", P))};
     for (CpCommType type : {CpCommType::P2P, CpCommType::A2A, CpCommType::AllGather})
-      for (const Case& k : cases_for(type, P)) expect_matches_whole(base, type, k);
+      for (const Case& k : cases_for(type, P))
+        for (float dropout : {0.0f, 0.2f}) expect_matches_whole(base, type, k, dropout);
   }
   // a2a+p2p: all-to-all within {0, 1} and {2, 3}, the ring across them (Megatron's hierarchical groups).
   const ParallelContext pc = ParallelContext::create(world, {.context_parallel = 4, .hierarchical_context_parallel = {2, 2}});
@@ -108,7 +111,8 @@ TEST(ContextParallelAttention, EveryTypeEqualsWholeSequenceAttention) {
   EXPECT_EQ(pc.hierarchical_cp()[1].ranks, (std::vector<int>{world->rank() % 2, world->rank() % 2 + 2}));
   const ContextParallel hierarchical{.group = pc.cp().comm, .a2a_group = pc.hierarchical_cp()[0].comm,
                                      .p2p_group = pc.hierarchical_cp()[1].comm};
-  for (const Case& k : cases_for(CpCommType::A2AP2P, 2)) expect_matches_whole(hierarchical, CpCommType::A2AP2P, k);
+  for (const Case& k : cases_for(CpCommType::A2AP2P, 2))
+    for (float dropout : {0.0f, 0.2f}) expect_matches_whole(hierarchical, CpCommType::A2AP2P, k, dropout);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // merges of the real ring, the key/value gradients added to their owner's), and the results put back in
 // sequence order must equal one causal attention call over the whole sequences:
 //   CPU, F64 and F32: forward out and stats, backward dq, dk and dv, for P = 1..4, MHA and GQA (and MQA),
-//   one and two sequences per batch (views vs copies of the halves), chunks of 1 and 3 tokens;
+//   one and two sequences per batch (views vs copies of the halves), chunks of 1 and 3 tokens, without and
+//   with attention dropout (each block draws the whole sequence's masks);
 //   GPU (the op harness): the same simulation in bf16/fp16 through cuDNN vs the CPU reference, so the GPU
 //   path's partial blocks, bottom-right causal offsets, merges and accumulations are covered.
 #include <gtest/gtest.h>
@@ -47,7 +48,7 @@ const ops::AttentionOptions kCausal{.causal = true};
 
 // Every rank's forward steps; out and stats assigned in sequence order.
 void ring_forward_on_one_device(Context& ctx, int P, const Tensor& out, const Tensor& stats, const Tensor& q,
-                                const Tensor& k, const Tensor& v) {
+                                const Tensor& k, const Tensor& v, const ops::AttentionOptions& options = kCausal) {
   for (int r = 0; r < P; ++r) {
     const Tensor q_r = local_of(ctx, q, P, r, kSeq);
     Tensor out_r = ctx.empty(q_r.shape(), q.dtype());
@@ -55,7 +56,7 @@ void ring_forward_on_one_device(Context& ctx, int P, const Tensor& out, const Te
     for (int step = 0; step < P; ++step) {
       const RingStep at{r, P, step};
       ring_attention_forward_step(ctx, at, out_r, stats_r, q_r, local_of(ctx, k, P, at.owner(), kSeq),
-                                  local_of(ctx, v, P, at.owner(), kSeq), kCausal);
+                                  local_of(ctx, v, P, at.owner(), kSeq), options);
     }
     put_back(ctx, out, out_r, P, r, kSeq);
     put_back(ctx, stats, stats_r, P, r, kStatsSeq);
@@ -65,7 +66,8 @@ void ring_forward_on_one_device(Context& ctx, int P, const Tensor& out, const Te
 // Every rank's backward steps; dq, dk, dv assigned in sequence order.
 void ring_backward_on_one_device(Context& ctx, int P, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                  const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& out, const Tensor& stats) {
+                                 const Tensor& out, const Tensor& stats,
+                                 const ops::AttentionOptions& options = kCausal) {
   std::vector<Tensor> dk_of, dv_of;  // each owner's block gradient, summed over the ranks that attended it
   for (int j = 0; j < P; ++j) {
     dk_of.push_back(local_of(ctx, k, P, j, kSeq));
@@ -81,7 +83,7 @@ void ring_backward_on_one_device(Context& ctx, int P, const Tensor& dq, const Te
       const RingStep at{r, P, step};
       const int j = at.owner();
       const RingBlockGrads g = ring_attention_backward_step(ctx, at, dq_r, dout_r, q_r, local_of(ctx, k, P, j, kSeq),
-                                                            local_of(ctx, v, P, j, kSeq), out_r, stats_r, kCausal);
+                                                            local_of(ctx, v, P, j, kSeq), out_r, stats_r, options);
       ops::copy_slices(ctx, dk_of[size_t(j)], 0, g.dk, 0, g.dk.dim(1), kSeq, /*accumulate=*/true);
       ops::copy_slices(ctx, dv_of[size_t(j)], 0, g.dv, 0, g.dv.dim(1), kSeq, /*accumulate=*/true);
     }
@@ -128,31 +130,37 @@ TEST(RingAttention, EqualsWholeSequenceAttentionOnCpu) {
     for (int P : {1, 2, 3, 4})
       for (int64_t B : {1, 2})
         for (auto [H, G] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}, {3, 1}})
-          for (int64_t c : {1, 3}) {
-            const Problem p{P, B, c, H, G, 8, dt};
-            SCOPED_TRACE(p.name());
-            const uint64_t seed = seed_from(p.name());
-            const Tensor q = random_cpu(p.q(), dt, seed), k = random_cpu(p.kv(), dt, seed + 1),
-                         v = random_cpu(p.kv(), dt, seed + 2), dout = random_cpu(p.q(), dt, seed + 3);
-            Tensor out = ctx.empty(p.q(), dt), stats = ctx.empty(p.stats(), DType::F32);
-            ops::attention_forward(ctx, out, stats, q, k, v, kCausal);
-            Tensor dq = ctx.empty(p.q(), dt), dk = ctx.empty(p.kv(), dt), dv = ctx.empty(p.kv(), dt);
-            ops::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, kCausal);
+          for (int64_t c : {1, 3})
+            for (float dropout : {0.0f, 0.3f}) {
+              const Problem p{P, B, c, H, G, 8, dt};
+              SCOPED_TRACE(p.name() + str_cat(" attention dropout ", dropout));
+              const uint64_t seed = seed_from(p.name());
+              const Tensor q = random_cpu(p.q(), dt, seed), k = random_cpu(p.kv(), dt, seed + 1),
+                           v = random_cpu(p.kv(), dt, seed + 2), dout = random_cpu(p.q(), dt, seed + 3);
+              // Attention dropout: every block draws the whole sequence's masks (the ring addresses its blocks).
+              const ops::AttentionOptions options{.causal = true,
+                                                  .dropout = {.p = dropout, .seed = 3, .offset = 41, .seq = p.S()}};
+              Tensor out = ctx.empty(p.q(), dt), stats = ctx.empty(p.stats(), DType::F32);
+              ops::attention_forward(ctx, out, stats, q, k, v, options);
+              Tensor dq = ctx.empty(p.q(), dt), dk = ctx.empty(p.kv(), dt), dv = ctx.empty(p.kv(), dt);
+              ops::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, options);
 
-            Tensor ring_out = ctx.empty(p.q(), dt), ring_stats = ctx.empty(p.stats(), DType::F32);
-            ring_forward_on_one_device(ctx, P, ring_out, ring_stats, q, k, v);
-            Tensor ring_dq = ctx.empty(p.q(), dt), ring_dk = ctx.empty(p.kv(), dt), ring_dv = ctx.empty(p.kv(), dt);
-            ring_backward_on_one_device(ctx, P, ring_dq, ring_dk, ring_dv, dout, q, k, v, ring_out, ring_stats);
+              Tensor ring_out = ctx.empty(p.q(), dt), ring_stats = ctx.empty(p.stats(), DType::F32);
+              ring_forward_on_one_device(ctx, P, ring_out, ring_stats, q, k, v, options);
+              Tensor ring_dq = ctx.empty(p.q(), dt), ring_dk = ctx.empty(p.kv(), dt), ring_dv = ctx.empty(p.kv(), dt);
+              ring_backward_on_one_device(ctx, P, ring_dq, ring_dk, ring_dv, dout, q, k, v, ring_out, ring_stats,
+                                          options);
 
-            // The statistics are fp32 even for F64 tensors (the op's contract), and the merge weights
-            // exp(lse_a - lse) carry their rounding: about 1e-8 relative.
-            const double tol = dt == DType::F64 ? 2e-7 : 2e-6;
-            EXPECT_LE(max_rel_diff(ctx, ring_out, out), tol) << "out";
-            EXPECT_LE(max_rel_diff(ctx, ring_stats, stats), 1e-6) << "stats (F32)";
-            EXPECT_LE(max_rel_diff(ctx, ring_dq, dq), tol) << "dq";
-            EXPECT_LE(max_rel_diff(ctx, ring_dk, dk), tol) << "dk";
-            EXPECT_LE(max_rel_diff(ctx, ring_dv, dv), tol) << "dv";
-          }
+              // The statistics are fp32 even for F64 tensors (the op's contract), and the merge weights
+              // exp(lse_a - lse) carry their rounding: about 1e-8 relative; dropout scales the kept
+              // probabilities, and their rounding, by 1 / (1 - p).
+              const double tol = (dt == DType::F64 ? 2e-7 : 2e-6) / (1.0 - dropout);
+              EXPECT_LE(max_rel_diff(ctx, ring_out, out), tol) << "out";
+              EXPECT_LE(max_rel_diff(ctx, ring_stats, stats), 1e-6) << "stats (F32)";
+              EXPECT_LE(max_rel_diff(ctx, ring_dq, dq), tol) << "dq";
+              EXPECT_LE(max_rel_diff(ctx, ring_dk, dk), tol) << "dk";
+              EXPECT_LE(max_rel_diff(ctx, ring_dv, dv), tol) << "dv";
+            }
 }
 
 // The op harness's GPU comparison of the ring simulation (CUDA vs the CPU reference of the same steps,

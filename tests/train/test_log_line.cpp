@@ -27,6 +27,19 @@ TEST(LogLine, MatchesMegatronsFormat) {
             " grad norm: 0.812 | number of skipped iterations:   0 | number of nan iterations:   0 |");
 }
 
+// --log-num-zeros-in-grad and --log-params-norm: Megatron's fields and formats ({:.1f}, {:.3f}), after the grad norm.
+TEST(LogLine, NumZerosAndParamsNormFollowTheGradNorm) {
+  IterationLog l;
+  l.timestamp = "t";
+  l.grad_norm = 0.5;
+  l.num_zeros = 1234;
+  l.params_norm = 56.78912;
+  const std::string s = format_log_line(l);
+  EXPECT_NE(s.find(" grad norm: 0.500 | num zeros: 1234.0 | params norm: 56.789 | number of skipped iterations:"),
+            std::string::npos)
+      << s;
+}
+
 TEST(LogLine, TokensPerSecondAndSkippedIterationWithoutGradNorm) {
   IterationLog l;
   l.timestamp = "t";

@@ -118,15 +118,15 @@ TEST(CompatFlags, NoOpsAreAcceptedAndRefusalsNameWhatToUse) {
                                  "--use-mcore-models", "--attention-backend", "fused", "--fp8", "hybrid"});
   EXPECT_EQ(ok.fp8.fp8_format, "hybrid") << "--fp8 is the guides' spelling of --fp8-format";
   testing::expect_error([] { parse_arguments(tiny({"--transformer-impl", "te"})); }, {"--transformer-impl 'te'", "local"});
-  testing::expect_error([] { resolved({"--train-iters", "3", "--tensorboard-dir", "tb", "--ckpt-format", "torch",
+  testing::expect_error([] { resolved({"--train-iters", "3", "--wandb-project", "p", "--ckpt-format", "torch",
                                        "--dynamic-context-parallel", "--position-embedding-type", "learned_absolute",
                                        "--no-position-embedding"}); },
-                        {"--tensorboard-dir tb: TensorBoard event files are not implemented", "--ckpt-format torch:",
+                        {"--wandb-project p: Weights & Biases has no maintained C++ writer", "--tensorboard-dir DIR", "--ckpt-format torch:",
                          "use --ckpt-format torch_dist", "--dynamic-context-parallel:",
                          "--no-position-embedding is deprecated"});
   bool found_refused = false, found_noop = false;
   for (const FlagStatusRow& row : flag_statuses()) {
-    found_refused = found_refused || (row.name == "--tensorboard-dir" && row.status == "refused");
+    found_refused = found_refused || (row.name == "--wandb-project" && row.status == "refused");
     found_noop = found_noop || (row.name == "--use-flash-attn" && row.status == "no-op" && !row.reason.empty());
   }
   EXPECT_TRUE(found_refused && found_noop);

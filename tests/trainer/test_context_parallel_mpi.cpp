@@ -1,13 +1,14 @@
 // The acceptance test of context parallelism through the trainer, under `mpiexec -np 8` (CPU ranks, fp32):
-// every layout trains 10 iterations (gradient accumulation, clipping active, hidden dropout on for the GPT
-// style) and must give the losses, gradient norms and validation loss of one rank within 1e-5 relative:
+// every layout trains 10 iterations (gradient accumulation, clipping active, hidden and attention dropout on
+// for the GPT style) and must give the losses, gradient norms and validation loss of one rank within 1e-5 relative:
 //   CP = 2 and CP = 4 with p2p (the ring), a2a and all_gather (Megatron's spelling allgather), a2a+p2p with
 //   hierarchical sizes 2 x 2, one type per layer, CP = 2 x TP = 2 + SP, CP = 2 x DP = 2 with the distributed
 //   optimizer (sharded over DP x CP) and overlapped gradient reduction, CP = 2 x PP = 2 and
 //   CP = 2 x TP = 2 x DP = 2, for a GPT-style model (MHA, learned positions, dropout) and a Llama-style one
 //   (GQA, RoPE). Ranks outside a layout's world wait.
 // What this pins down beyond the attention: the split of tokens, labels and positions, dropout masks drawn
-// at the tokens' original positions, and the loss and gradient scaling over CP (each rank's loss is the mean
+// at the tokens' original positions (attention dropout's at the query's and key's positions and the head's
+// index in every communication type), and the loss and gradient scaling over CP (each rank's loss is the mean
 // over its tokens and the gradients are averaged over DP x CP: a loss multiplied by CP, or gradients divided
 // by DP only, would move the gradient norm by a factor of CP).
 #include <gtest/gtest.h>
@@ -25,16 +26,17 @@ train::Arguments make_args(int world_size, const std::vector<std::string>& arch,
       "--num-layers", "4", "--hidden-size", "32", "--seq-length", "16", "--micro-batch-size", "1",
       "--global-batch-size", "8", "--train-iters", std::to_string(kIterations), "--lr", "3e-3", "--min-lr", "3e-4",
       "--lr-decay-style", "cosine", "--lr-warmup-iters", "1", "--weight-decay", "0.1", "--clip-grad", "0.5",
-      "--mock-data", "--vocab-size", "4099", "--make-vocab-size-divisible-by", "16", "--attention-dropout", "0",
+      "--mock-data", "--vocab-size", "4099", "--make-vocab-size-divisible-by", "16",
       "--seed", "11", "--eval-interval", "1000", "--eval-iters", "1"};
   argv.insert(argv.end(), arch.begin(), arch.end());
   argv.insert(argv.end(), extra.begin(), extra.end());
   return testing_layouts::layout_args(world_size, argv);
 }
 
-const std::vector<std::string> kGpt = {"--num-attention-heads", "4", "--hidden-dropout", "0.1", "--ffn-hidden-size", "64"};
+const std::vector<std::string> kGpt = {"--num-attention-heads", "4", "--hidden-dropout", "0.1", "--attention-dropout",
+                                      "0.1", "--ffn-hidden-size", "64"};
 const std::vector<std::string> kLlama = {"--num-attention-heads", "8", "--group-query-attention", "--num-query-groups",
-                                        "4", "--hidden-dropout", "0", "--normalization", "RMSNorm", "--swiglu",
+                                        "4", "--hidden-dropout", "0", "--attention-dropout", "0", "--normalization", "RMSNorm", "--swiglu",
                                         "--ffn-hidden-size", "48", "--position-embedding-type", "rope",
                                         "--untie-embeddings-and-output-weights", "--disable-bias-linear"};
 

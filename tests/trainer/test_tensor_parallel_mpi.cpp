@@ -3,7 +3,7 @@
 // sequence parallelism), TP=2 x DP=2 with the replicated optimizer and SP, and TP=4 with SP, each trained for a
 // few iterations (fp32, clipping active, gradient accumulation), give the losses, gradient norms, validation
 // loss and parameters of TP=1 x DP=1 within 1e-5 relative, for a GPT-style (biases, learned positions, tied,
-// hidden dropout on) and a Llama-style (RMSNorm, SwiGLU, RoPE, untied, no bias) model with GQA and a
+// hidden and attention dropout on: each rank's heads draw TP=1's masks) and a Llama-style (RMSNorm, SwiGLU, RoPE, untied, no bias) model with GQA and a
 // vocabulary (4099) not divisible by TP. The gradient norm is the check that replicated parameters (norms,
 // row-parallel biases, position embeddings) are counted once and TP-sharded ones once per rank.
 #include <gtest/gtest.h>
@@ -29,7 +29,7 @@ train::Arguments make_args(int world_size, int tp, const std::vector<std::string
       "--seq-length", "16", "--micro-batch-size", "1", "--global-batch-size", "4", "--train-iters",
       std::to_string(kIterations), "--lr", "1e-2", "--min-lr", "1e-3", "--lr-decay-style", "cosine",
       "--lr-warmup-iters", "1", "--weight-decay", "0.1", "--clip-grad", "0.5", "--mock-data", "--vocab-size", "4099",
-      "--attention-dropout", "0", "--seed", "5", "--eval-interval", "1000", "--eval-iters", "1",
+      "--seed", "5", "--eval-interval", "1000", "--eval-iters", "1",
       "--tensor-model-parallel-size", std::to_string(tp)};
   argv.insert(argv.end(), arch.begin(), arch.end());
   argv.insert(argv.end(), extra.begin(), extra.end());
@@ -39,9 +39,9 @@ train::Arguments make_args(int world_size, int tp, const std::vector<std::string
   return a;
 }
 
-const std::vector<std::string> kGpt = {"--hidden-dropout", "0.1", "--ffn-hidden-size", "64"};
-const std::vector<std::string> kLlama = {"--hidden-dropout", "0", "--normalization", "RMSNorm", "--swiglu",
-                                        "--ffn-hidden-size", "48", "--position-embedding-type", "rope",
+const std::vector<std::string> kGpt = {"--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--ffn-hidden-size", "64"};
+const std::vector<std::string> kLlama = {"--hidden-dropout", "0", "--attention-dropout", "0", "--normalization",
+                                        "RMSNorm", "--swiglu", "--ffn-hidden-size", "48", "--position-embedding-type", "rope",
                                         "--untie-embeddings-and-output-weights", "--disable-bias-linear"};
 
 struct TrainedRun {

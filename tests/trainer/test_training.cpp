@@ -84,6 +84,21 @@ TEST(Training, SameSeedSameLosses) {
   EXPECT_EQ(train_losses(a, nullptr), train_losses(a, nullptr));
 }
 
+// Megatron's default dropouts (attention and hidden 0.1) in --deterministic-mode: two runs give the same bits,
+// attention dropout's masks move the losses (without it the first loss differs), and the model still learns.
+TEST(Training, MegatronDefaultDropoutsAreReproducibleAndTrain) {
+  train::Arguments a = tiny_args(30);
+  a.model.attention_dropout = a.model.hidden_dropout = 0.1;
+  a.training.deterministic_mode = true;
+  const std::vector<double> first = train_run(a, Device::cpu(), DType::F32).losses;
+  EXPECT_EQ(train_run(a, Device::cpu(), DType::F32).losses, first);
+  train::Arguments no_attention_dropout = a;
+  no_attention_dropout.model.attention_dropout = 0;
+  EXPECT_NE(train_run(no_attention_dropout, Device::cpu(), DType::F32).losses[0], first[0]);
+  for (double l : first) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_LT(first.back(), first.front() - 0.3) << "and it trains";
+}
+
 // ---- GPU (run on the GPU machine) ----
 
 // --deterministic-mode: two bf16 runs on the GPU give bit-identical losses at every iteration (the attention

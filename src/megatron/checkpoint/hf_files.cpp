@@ -5,6 +5,7 @@
 #include "megatron/checkpoint/hf_convert.h"
 #include "megatron/checkpoint/safetensors.h"
 #include "megatron/core/error.h"
+#include "megatron/core/progress.h"
 
 namespace megatron::checkpoint {
 namespace fs = std::filesystem;
@@ -34,6 +35,10 @@ TensorMap read_hf_weights(const fs::path& dir) {
     files.push_back(dir / "model.safetensors");
   }
   TensorMap out;
+  int64_t total_bytes = 0;
+  for (const fs::path& p : files) total_bytes += int64_t(fs::file_size(p));
+  Progress progress("reading " + dir.string(), total_bytes >> 20, "MB");
+  int64_t read = 0;
   for (const fs::path& p : files) {
     auto file = SafetensorsFile::open(p);
     for (const SafetensorsEntry& e : file->entries()) {
@@ -43,6 +48,8 @@ TensorMap read_hf_weights(const fs::path& dir) {
       t.shape = e.shape.dims();
       auto bytes = file->bytes(e.name);
       t.bytes.assign(bytes.begin(), bytes.end());
+      read += int64_t(bytes.size());
+      progress.update(read >> 20);
       out[e.name] = std::move(t);
     }
   }

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "megatron/checkpoint/checkpoint_dir.h"
-#include "megatron/checkpoint/crc32c.h"
+#include "megatron/core/crc32c.h"
 #include "megatron/checkpoint/safetensors.h"
 #include "megatron/checkpoint/sharded_tensor.h"
 #include "megatron/core/error.h"

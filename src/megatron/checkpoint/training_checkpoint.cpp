@@ -5,6 +5,7 @@
 
 #include "megatron/checkpoint/sharded_tensor.h"
 #include "megatron/core/error.h"
+#include "megatron/core/progress.h"
 #include "megatron/nn/parameter_shard.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/train/flags.h"
@@ -571,13 +572,17 @@ LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, 
   const std::vector<Placed> placed = place_parameters(state, params);
   LoadedTraining out;
   const ParameterLoader load_pieces{ctx, reader, params, placed, out};
+  Progress progress("loading " + reader.directory().string(), int64_t(params.size()), "tensors");
   for (size_t i = 0; i < params.size(); ++i) {
+    progress.update(int64_t(i));
     nn::Parameter* p = params[i];
     // fp32 parameters take the fp32 master when the checkpoint has one (saved from a bf16/fp16 run): the
     // exact values the optimizer was updating, not their rounded copy.
     const bool exact = p->value.dtype() == DType::F32 && reader.has(kFp32Param + p->name);
     load_pieces(i, exact ? kFp32Param + p->name : p->name, p->value, 0, p->value.numel(), false);
   }
+  progress.update(int64_t(params.size()));
+  progress.done();
 
   const bool weights_only = flags.finetune || reader.is_release();
   if (!weights_only) out.fp8_state_loaded = load_fp8_state(ctx, reader, state);

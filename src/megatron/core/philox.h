@@ -47,9 +47,13 @@ MEGATRON_HD uint32_t philox_u32(uint64_t seed, uint64_t offset, uint64_t index) 
   return r.v[index & 3u];
 }
 
-// Uniform in [0, 1) with 24 random bits (exactly representable in fp32).
+// A 32-bit word as a uniform in [0, 1) with 24 random bits (exactly representable in fp32).
+MEGATRON_HD float philox_word_uniform(uint32_t word) { return float(word >> 8) * (1.0f / 16777216.0f); }
+
+// Uniform in [0, 1): philox_word_uniform of philox_u32. Code that draws runs of consecutive indices may call
+// philox4x32_10 once per block of four and convert each word with philox_word_uniform: the same numbers.
 MEGATRON_HD float philox_uniform(uint64_t seed, uint64_t offset, uint64_t index) {
-  return float(philox_u32(seed, offset, index) >> 8) * (1.0f / 16777216.0f);
+  return philox_word_uniform(philox_u32(seed, offset, index));
 }
 
 // Standard normal. Element i uses Philox block i/2 (two words for the radius, two for the angle): the

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "megatron/core/error.h"
+#include "megatron/core/progress.h"
 
 namespace megatron::data {
 
@@ -58,7 +59,9 @@ std::vector<int64_t> build_sample_index(std::span<const int32_t> sequence_length
   int64_t offset = 0;    // token offset in that document
   index[0] = 0;
   index[1] = 0;
+  Progress progress("building the sample index", num_samples, "samples");
   for (int64_t sample = 1; sample <= num_samples; ++sample) {
+    if ((sample & 0xFFFF) == 0) progress.update(sample);  // a clock read per 65536 samples
     int64_t remaining = sequence_length + extra;
     while (remaining != 0) {
       const int64_t length = sequence_lengths[static_cast<size_t>(document_index[static_cast<size_t>(document)])] - offset;
@@ -78,6 +81,7 @@ std::vector<int64_t> build_sample_index(std::span<const int32_t> sequence_length
     index[static_cast<size_t>(2 * sample)] = document;
     index[static_cast<size_t>(2 * sample + 1)] = offset;
   }
+  progress.update(num_samples);
   return index;
 }
 

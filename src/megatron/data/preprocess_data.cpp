@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "megatron/core/error.h"
+#include "megatron/core/progress.h"
 #include "megatron/data/json_fields.h"
 #include "megatron/data/jsonl_reader.h"
 #include "megatron/data/utf8.h"
@@ -97,17 +98,20 @@ struct EncodedBatch {
 class RunState {
  public:
   RunState(const PreprocessOptions& options, std::ostream& log, int64_t input_bytes)
-      : options(options), log_(log), input_bytes_(input_bytes), start_(Clock::now()) {}
+      : options(options), log_(log), input_bytes_(input_bytes), start_(Clock::now()),
+        progress_("preprocessing " + options.input, input_bytes >> 20, "MB") {}
 
   const PreprocessOptions& options;
   std::atomic<bool> cancelled{false};
 
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  void finish_progress() { progress_.done(); }
 
   // Counts a processed line; prints a progress line when the written documents reach a multiple of
   // log_interval.
   void count_line(int64_t input_bytes, bool written) {
     const int64_t bytes = bytes_.fetch_add(input_bytes) + input_bytes;
+    progress_.update(bytes >> 20);
     if (!written) return;
     const int64_t docs = documents_.fetch_add(1) + 1;
     if (options.log_interval <= 0 || docs % options.log_interval != 0) return;
@@ -149,6 +153,7 @@ class RunState {
   const int64_t input_bytes_;
   const Clock::time_point start_;
   std::atomic<int64_t> bytes_{0}, documents_{0};
+  Progress progress_;  // the terminal's progress line over the input's megabytes (core/progress.h)
   std::array<std::atomic<int>, kNumLineIssues> reported_{};
 };
 
@@ -607,6 +612,7 @@ PreprocessSummary preprocess_jsonl(const PreprocessOptions& options, const Token
     remove_all();
     throw;
   }
+  run.finish_progress();
   add_totals(totals, options.json_keys.size(), summary);
   summary.seconds = run.elapsed();
   return summary;

@@ -21,7 +21,8 @@
 // - On any exception no final .idx exists (writers are only finalized after the whole input succeeded,
 //   and the outputs of the run are removed), so an .idx at the output prefix always describes a complete run.
 // - Progress: every log_interval written documents, one line to `log`: documents, docs/s, MB/s (MB =
-//   2^20 bytes, as Megatron), percent of the input bytes and the ETA.
+//   2^20 bytes, as Megatron), percent of the input bytes and the ETA; on a terminal also a tqdm-style line on
+//   stderr over the input's megabytes (core/progress.h; MEGATRON_PROGRESS=1 shows it in logs too).
 #pragma once
 
 #include <array>

@@ -41,8 +41,11 @@ void all_reduce_grads(Context& ctx, const nn::ParameterList& params, comm::Commu
 }
 
 void finalize_model_grads(Context& ctx, DistributedDataParallel& ddp, const nn::ParameterList& params,
-                          const ModelGradGroups& groups) {
-  ddp.finish_grad_sync(ctx);
+                          const ModelGradGroups& groups, Timers* timers) {
+  {
+    TimerScope timer(timers, "all-grads-sync", 1);
+    ddp.finish_grad_sync(ctx);
+  }
   nn::ParameterList partial_over_tp, shared_embedding;
   for (nn::Parameter* p : params) {
     if (p->placement.grad_partial_over_tp) partial_over_tp.push_back(p);
@@ -52,11 +55,13 @@ void finalize_model_grads(Context& ctx, DistributedDataParallel& ddp, const nn::
     MEGATRON_CHECK(groups.tensor_parallel != nullptr, "finalize_model_grads: ", partial_over_tp.size(),
                    " parameters have gradients that are partial over TP (", partial_over_tp.front()->name,
                    ", ...) but no tensor-parallel group was given");
+    TimerScope timer(timers, "layernorm-grads-all-reduce", 1);
     all_reduce_packed(ctx, held_grads(ddp, partial_over_tp), *groups.tensor_parallel);
   }
   if (!shared_embedding.empty()) {
     MEGATRON_CHECK(groups.embedding != nullptr, "finalize_model_grads: ", shared_embedding.front()->name,
                    " is shared between pipeline stages but this rank is in no embedding group");
+    TimerScope timer(timers, "embedding-grads-all-reduce", 1);
     all_reduce_packed(ctx, held_grads(ddp, shared_embedding), *groups.embedding);
   }
 }

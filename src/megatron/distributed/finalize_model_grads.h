@@ -19,6 +19,7 @@
 #include "megatron/comm/communicator.h"
 #include "megatron/distributed/distributed_data_parallel.h"
 #include "megatron/nn/parameter.h"
+#include "megatron/runtime/timers.h"
 
 namespace megatron::distributed {
 
@@ -28,8 +29,10 @@ struct ModelGradGroups {
 };
 
 // `params`: this rank's model parameters (every chunk's). Collective over the groups (every rank calls it).
+// `timers` (may be null): Megatron's all-grads-sync (step 1), layernorm-grads-all-reduce (step 2) and
+// embedding-grads-all-reduce (step 3), level 1.
 void finalize_model_grads(Context& ctx, DistributedDataParallel& ddp, const nn::ParameterList& params,
-                          const ModelGradGroups& groups);
+                          const ModelGradGroups& groups, Timers* timers = nullptr);
 
 // Sums the main grads of `params` over `group` with one all-reduce of their packed values (ctx's stream).
 void all_reduce_grads(Context& ctx, const nn::ParameterList& params, comm::Communicator& group);

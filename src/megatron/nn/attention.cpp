@@ -39,7 +39,9 @@ SelfAttention::SelfAttention(Context& ctx, const std::string& name, const Transf
       rope_(config.position_embedding == PositionEmbedding::Rope),
       deterministic_(config.deterministic),
       rotary_percent_(config.rotary_percent),
-      rotary_base_(config.rotary_base) {
+      rotary_base_(config.rotary_base),
+      dropout_p_(float(config.attention_dropout)),
+      seed_(config.seed) {
   MEGATRON_CHECK(config.heads() % tp.size() == 0 && config.query_groups() % tp.size() == 0, "SelfAttention ", name,
                  ": ", config.heads(), " heads and ", config.query_groups(), " query groups must be divisible by TP ",
                  tp.size());
@@ -63,8 +65,16 @@ std::optional<ops::RopeOptions> SelfAttention::rope(int64_t position_offset, con
                           .positions = positions};
 }
 
+ops::AttentionOptions SelfAttention::core_options(std::optional<uint64_t> dropout_offset, int64_t s) const {
+  ops::AttentionOptions o{.causal = true, .deterministic = deterministic_};
+  if (dropout_offset && dropout_p_ > 0.0f)
+    o.dropout = {.p = dropout_p_, .seed = seed_, .offset = *dropout_offset, .heads = n_ * tp_.size(),
+                 .head_offset = n_ * tp_.rank(), .seq = s * cp_.size()};
+  return o;
+}
+
 void SelfAttention::cp_forward(Context& ctx, AttentionSaved& saved, Tensor q, Tensor k, Tensor v) const {
-  saved.cp = parallel::cp_attention_forward(ctx, cp_, cp_type_, saved.out, q, k, v, core_options());
+  saved.cp = parallel::cp_attention_forward(ctx, cp_, cp_type_, saved.out, q, k, v, saved.options);
 }
 
 void SelfAttention::forward_cached(Context& ctx, const Tensor& out, const Tensor& qkv, KvCache& cache,
@@ -91,21 +101,21 @@ void SelfAttention::core_forward(Context& ctx, AttentionSaved& saved) const {
   if (cp_.enabled() && saved.cu_seqlens.defined()) {
     saved.cp = parallel::cp_packed_attention_forward(ctx, cp_, saved.out, std::exchange(saved.q, Tensor()),
                                                      std::exchange(saved.k, Tensor()), std::exchange(saved.v, Tensor()),
-                                                     saved.cu_seqlens, core_options());
+                                                     saved.cu_seqlens, saved.options);
   } else if (cp_.enabled()) {
     cp_forward(ctx, saved, std::exchange(saved.q, Tensor()), std::exchange(saved.k, Tensor()),
                std::exchange(saved.v, Tensor()));
   } else if (saved.cu_seqlens.defined()) {
     ops::attention_forward_varlen(ctx, token_rows(saved.out), saved.stats, token_rows(saved.q), token_rows(saved.k),
-                                  token_rows(saved.v), saved.cu_seqlens, saved.cu_seqlens, core_options());
+                                  token_rows(saved.v), saved.cu_seqlens, saved.cu_seqlens, saved.options);
   } else {
-    ops::attention_forward(ctx, saved.out, saved.stats, saved.q, saved.k, saved.v, core_options());
+    ops::attention_forward(ctx, saved.out, saved.stats, saved.q, saved.k, saved.v, saved.options);
   }
 }
 
 void SelfAttention::core_backward(Context& ctx, AttentionSaved& a, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                   const Tensor& dattn) const {
-  const ops::AttentionOptions options = core_options();
+  const ops::AttentionOptions& options = a.options;
   if (a.cp && a.cu_seqlens.defined())
     parallel::cp_packed_attention_backward(ctx, cp_, std::move(*a.cp), dq, dk, dv, dattn, a.cu_seqlens, options);
   else if (a.cp)
@@ -119,7 +129,8 @@ void SelfAttention::core_backward(Context& ctx, AttentionSaved& a, const Tensor&
 }
 
 AttentionSaved SelfAttention::forward(Context& ctx, const Tensor& out, const Tensor& x, int64_t seq, KvCache* cache,
-                                      int64_t position, const Tensor& positions, const Tensor& cu_seqlens) const {
+                                      int64_t position, const Tensor& positions, const Tensor& cu_seqlens,
+                                      std::optional<uint64_t> dropout_offset) const {
   if (seq == 0) {
     MEGATRON_CHECK(x.rank() == 3, "SelfAttention: x ", x.describe(), " must be [b, s, h] when no sequence length is given");
     seq = x.dim(1);
@@ -139,11 +150,17 @@ AttentionSaved SelfAttention::forward(Context& ctx, const Tensor& out, const Ten
 
   saved.out = ctx.empty({b, s, n_, d_}, dt);
   saved.cu_seqlens = cu_seqlens;
+  saved.options = core_options(dropout_offset, s);
+  // Attention dropout's masks are addressed by position in the whole [b, heads, s, s] score tensor; the packed
+  // (per-document) cores do not draw them.
+  MEGATRON_CHECK(!cu_seqlens.defined() || !saved.options.dropout.enabled(),
+                 "attention dropout with packed documents (--reset-attention-mask, --sft) is not supported yet: "
+                 "pass --attention-dropout 0");
   // Under CP the core makes its own statistics; packed documents keep them as [n, b * s].
   if (!cp_.enabled()) saved.stats = ctx.empty(cu_seqlens.defined() ? Shape{n_, b * s} : Shape{b, n_, s, 1}, DType::F32);
   if (packed() && !cu_seqlens.defined()) {  // MHA without RoPE: q, k, v read inside the fused projection's output
     saved.qkv = qkv;
-    ops::attention_forward_packed(ctx, saved.out, saved.stats, qkv, {.causal = true});
+    ops::attention_forward_packed(ctx, saved.out, saved.stats, qkv, saved.options);
   } else {
     // Split the fused projection into heads, rotating q and k on the way (layout in ops/qkv/qkv.h).
     saved.q = ctx.empty({b, s, n_, d_}, dt);
@@ -164,7 +181,7 @@ void SelfAttention::backward(Context& ctx, AttentionSaved&& saved, const Tensor&
   MEGATRON_CHECK(a.out.defined(), "SelfAttention: backward without a forward's saved state");
   const int64_t b = a.out.dim(0), s = a.out.dim(1), r = n_ / g_;
   const DType dt = a.out.dtype();
-  const ops::AttentionOptions options = core_options();
+  const ops::AttentionOptions options = a.options;
 
   Tensor dattn = ctx.empty({b, s, n_, d_}, dt);
   linear_proj.backward(ctx, std::move(a.proj_input), dattn.view({b, s, n_ * d_}), dout);

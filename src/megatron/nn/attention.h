@@ -25,6 +25,11 @@
 //   for a backward.
 // backward(ctx, saved, dx, dout): dx like x, assigned; every parameter's main grad accumulated (+=);
 //   consumes `saved`.
+// Attention dropout (config.attention_dropout, training passes that give a Philox offset): on the softmax
+//   probabilities, each addressed by its place in the whole model's [b, heads, S, S] tensor (this rank's heads
+//   from rank * n / TP on, its tokens at their positions in the sequence under CP), so every TP and CP layout
+//   draws the masks of one rank (ops/attention/attention_dropout.h); the backward regenerates the forward's.
+//   CPU only (the op refuses it on GPUs).
 // RoPE (position_embedding_type rope) rotates q and k: rotary_percent, rotary_base, positions 0..s-1 (or
 //   `positions`, a device I64 [s], under context parallelism).
 // Context parallelism (a ContextParallel of size CP > 1): x holds this rank's tokens of each sequence (the
@@ -54,6 +59,7 @@ struct AttentionSaved {
   Tensor qkv;                 // the packed path: the fused projection, which attention reads in place
   Tensor q, k, v;             // the split path: [b, s, n, d], [b, s, g, d] x 2 (q and k after RoPE)
   Tensor out, stats;          // attention output [b, s, n, d] and its log-sum-exp [b, n, s, 1] (F32)
+  ops::AttentionOptions options;  // the core's, dropout addressing included (the backward's must be the same)
   LinearSaved proj_input;     // linear_proj's input (a view of `out`)
   // Context parallelism: the core's tensors in the layout it ran in (q, k, v, stats above stay undefined),
   // and the tokens' positions for RoPE's backward.
@@ -76,9 +82,11 @@ class SelfAttention {
                 const parallel::TensorParallel& tp = {}, const parallel::ContextParallel& cp = {}, int layer = 0);
 
   void init(Context& ctx, const TransformerConfig& config);
+  // `dropout_offset`: the Philox offset of this pass's attention dropout (none: no dropout, as in evaluation).
   [[nodiscard]] AttentionSaved forward(Context& ctx, const Tensor& out, const Tensor& x, int64_t seq = 0,
                                        KvCache* cache = nullptr, int64_t position = 0,
-                                       const Tensor& positions = Tensor(), const Tensor& cu_seqlens = Tensor()) const;
+                                       const Tensor& positions = Tensor(), const Tensor& cu_seqlens = Tensor(),
+                                       std::optional<uint64_t> dropout_offset = std::nullopt) const;
   void backward(Context& ctx, AttentionSaved&& saved, const Tensor& dx, const Tensor& dout);
   void collect_parameters(ParameterList& out);
 
@@ -97,7 +105,8 @@ class SelfAttention {
                      const Tensor& dattn) const;
   // The context-parallel attention core: saved.out assigned, the core's tensors into saved.cp.
   void cp_forward(Context& ctx, AttentionSaved& saved, Tensor q, Tensor k, Tensor v) const;
-  ops::AttentionOptions core_options() const { return {.causal = true, .deterministic = deterministic_}; }
+  // The attention core's options for sequences of s local tokens, with dropout when given an offset.
+  ops::AttentionOptions core_options(std::optional<uint64_t> dropout_offset, int64_t s) const;
 
   parallel::TensorParallel tp_;
   parallel::ContextParallel cp_;
@@ -106,6 +115,8 @@ class SelfAttention {
   bool rope_ = false;
   bool deterministic_ = false;
   double rotary_percent_ = 1.0, rotary_base_ = 10000.0;
+  float dropout_p_ = 0.0f;
+  uint64_t seed_ = 0;
 };
 
 }  // namespace megatron::nn

@@ -15,6 +15,8 @@ namespace {
 // Dropout offsets: a stream of their own, one block of sites per forward pass (the embedding's, then
 // kDropoutSites per layer, by global layer number, so every pipeline layout draws the same masks).
 constexpr uint64_t kDropoutStream = uint64_t(1) << 62;
+// Attention dropout: another stream, one offset per layer (by global layer number) and forward pass.
+constexpr uint64_t kAttentionDropoutStream = uint64_t(3) << 61;
 
 // The layout with num_layers resolved; every violated constraint listed.
 StageLayout resolve_layout(const TransformerConfig& config, StageLayout layout) {
@@ -158,6 +160,10 @@ uint64_t GPTModel::dropout_offset(uint64_t dropout_step) const {
   return kDropoutStream + dropout_step * sites;
 }
 
+uint64_t GPTModel::attention_dropout_offset(uint64_t dropout_step, uint64_t layer) const {
+  return kAttentionDropoutStream + dropout_step * uint64_t(config_.num_layers) + layer;
+}
+
 ResidualStream GPTModel::embed(Context& ctx, StageSaved& saved, const StageInput& input, const ForwardOptions& options,
                                uint64_t offset) const {
   const int64_t T = saved.batch * saved.seq;
@@ -217,6 +223,7 @@ ResidualStream GPTModel::layers_forward(Context& ctx, StageSaved& saved, Residua
     const uint64_t global = uint64_t(layout_.first_layer) + i;
     const LayerPass pass{.training = options.training,
                          .dropout_offset = offset + 1 + TransformerLayer::kDropoutSites * global,
+                         .attention_dropout_offset = attention_dropout_offset(options.dropout_step, global),
                          .seq = saved.seq,
                          .positions = positions,
                          .cu_seqlens = input.cu_seqlens,

@@ -235,6 +235,8 @@ class GPTModel {
   Tensor head_backward(Context& ctx, HeadSaved&& saved, const ParamHooks& hooks);
   // The Philox offset of this micro-batch's first dropout site (the embedding's; layer i's sites follow).
   uint64_t dropout_offset(uint64_t dropout_step) const;
+  // The Philox offset of layer `layer`'s attention dropout in this micro-batch (a stream apart from the others).
+  uint64_t attention_dropout_offset(uint64_t dropout_step, uint64_t layer) const;
   // Context parallelism: the device positions [seq] of this rank's local tokens (a workspace per seq);
   // undefined without CP.
   Tensor token_positions(Context& ctx, int64_t seq) const;

@@ -36,8 +36,7 @@ std::vector<std::string> TransformerConfig::violations(int tp) const {
   }
   need(norm_epsilon > 0, "--norm-epsilon must be positive (got ", norm_epsilon, ")");
   need(hidden_dropout >= 0 && hidden_dropout < 1, "--hidden-dropout ", hidden_dropout, " must be in [0, 1)");
-  need(attention_dropout == 0, "--attention-dropout ", attention_dropout,
-       " is not supported yet (the fused attention op has no dropout); pass --attention-dropout 0");
+  need(attention_dropout >= 0 && attention_dropout < 1, "--attention-dropout ", attention_dropout, " must be in [0, 1)");
   need(init_method_std > 0, "--init-method-std must be positive (got ", init_method_std, ")");
   need(tp >= 1, "tensor-parallel size must be positive (got ", tp, ")");
   if (tp > 1) {

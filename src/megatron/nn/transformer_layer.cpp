@@ -73,7 +73,8 @@ TransformerLayerSaved TransformerLayer::forward(Context& ctx, ResidualStream& ou
   saved.input_norm = norm_of_stream(ctx, input_layernorm, ln1, x);  // saves the layer input x = residual + branch
   Tensor attn = ctx.empty(shape, dt);
   saved.attention = self_attention.forward(ctx, attn, ln1, seq, pass.kv_cache, pass.position, pass.positions,
-                                           pass.cu_seqlens);
+                                           pass.cu_seqlens,
+                                           pass.training ? std::optional(pass.attention_dropout_offset) : std::nullopt);
 
   // h = x + dropout(attn), formed by pre_mlp_layernorm's pass.
   Tensor h = ctx.empty(shape, dt), ln2 = ctx.empty(shape, dt);

@@ -9,6 +9,8 @@
 // adds x and the attention branch, and the layer hands on (h, dropout(mlp)) for the next input_layernorm
 // (or the final norm) to add.
 //
+// Attention dropout (--attention-dropout, only when training) is the attention core's (attention.h), at
+// pass.attention_dropout_offset.
 // Hidden dropout (--hidden-dropout, only when training) uses Philox (config.seed, offset) addressed by the
 // element's index in the whole micro-batch's [b * S, h] tensor (nn/dropout_rows.h: sequence-parallel shards
 // and context-parallel chunks address their rows there), so every layout draws the one-rank mask for every
@@ -59,6 +61,7 @@ struct ResidualStream {
 struct LayerPass {
   bool training = false;
   uint64_t dropout_offset = 0;
+  uint64_t attention_dropout_offset = 0;  // the attention core's dropout (config.attention_dropout)
   int64_t seq = 0;
   Tensor positions;   // [s] shared by the rows (context parallelism), or [b, s] (--reset-position-ids)
   Tensor cu_seqlens;  // host I64: the micro-batch's documents (--reset-attention-mask; attention.h)

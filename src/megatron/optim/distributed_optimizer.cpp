@@ -60,9 +60,13 @@ DistributedOptimizer::DistributedOptimizer(Context& ctx, distributed::Distribute
 
 DistributedOptimizer::~DistributedOptimizer() = default;
 
-void DistributedOptimizer::step(Context& ctx, double lr, double weight_decay, float grad_scale) {
+void DistributedOptimizer::step(Context& ctx, double lr, double weight_decay, float grad_scale, Timers* timers) {
   finish_param_gather(ctx);  // a previous gather must land before the shards are read again
-  adamw_->step(ctx, lr, weight_decay, grad_scale);
+  {
+    TimerScope timer(timers, "optimizer-inner-step", 1);
+    adamw_->step(ctx, lr, weight_decay, grad_scale);
+  }
+  TimerScope timer(timers, "params-all-gather", 1);
   gather(ctx);
 }
 

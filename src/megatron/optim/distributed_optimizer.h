@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "megatron/optim/adamw.h"
+#include "megatron/runtime/timers.h"
 #include "megatron/distributed/distributed_data_parallel.h"
 
 namespace megatron::optim {
@@ -44,7 +45,9 @@ class DistributedOptimizer {
   // left out (for norms that must skip some parameters).
   const std::vector<std::pair<const nn::Parameter*, Tensor>>& param_grad_shards() const { return param_grad_shards_; }
   // AdamW on the shards (gradients multiplied by grad_scale first), then the all-gather of the values.
-  void step(Context& ctx, double lr, double weight_decay, float grad_scale = 1.0f);
+  // `timers` (may be null): Megatron's optimizer-inner-step and params-all-gather (level 1; with
+  // --overlap-param-gather the gathers run on their own stream and the timer sees only their launch).
+  void step(Context& ctx, double lr, double weight_decay, float grad_scale = 1.0f, Timers* timers = nullptr);
   void wait_for_params(Context& ctx, const nn::ParameterList& params);
   void finish_param_gather(Context& ctx);
 

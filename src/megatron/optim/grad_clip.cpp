@@ -78,9 +78,10 @@ GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, Lo
 
 GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad,
                               const GradStatsGroups& groups, const std::vector<Tensor>& norm_grads,
-                              const std::vector<Tensor>& expert_norm_grads) {
+                              const std::vector<Tensor>& expert_norm_grads, Timers* timers) {
   GradPreparation result;
   if (scaler != nullptr) {
+    TimerScope timer(timers, "optimizer-unscale-and-check-inf", 1);
     bool found_inf = unscale_and_check_for_inf(ctx, grads, scaler->inv_scale());
     if (groups.found_inf_group != nullptr) {  // one rank's overflow skips the step everywhere
       double flag[1] = {found_inf ? 1.0 : 0.0};
@@ -94,6 +95,7 @@ GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, Lo
     }
   }
   if (clip_grad > 0.0) {
+    TimerScope timer(timers, "optimizer-clip-main-grad", 1);
     const double total = global_grad_norm(ctx, norm_grads, expert_norm_grads, groups);
     result.grad_norm = total;
     const double coeff = clip_grad / (total + 1.0e-6);

@@ -30,6 +30,7 @@
 #include "megatron/comm/communicator.h"
 #include "megatron/optim/loss_scaler.h"
 #include "megatron/runtime/context.h"
+#include "megatron/runtime/timers.h"
 
 namespace megatron::optim {
 
@@ -82,9 +83,11 @@ GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, Lo
                               const GradStatsGroups& groups, const std::vector<Tensor>& norm_grads);
 // The same with the expert parameters' norm views apart (`norm_grads` then holds the dense ones only): the
 // norm is global_grad_norm(norm_grads, expert_norm_grads, groups).
+// `timers` (may be null) time Megatron's optimizer-unscale-and-check-inf and optimizer-clip-main-grad (level 1;
+// the clip timer covers the norm: the coefficient is applied by the optimizer as it reads the gradients).
 GradPreparation prepare_grads(Context& ctx, const std::vector<Tensor>& grads, LossScaler* scaler, double clip_grad,
                               const GradStatsGroups& groups, const std::vector<Tensor>& norm_grads,
-                              const std::vector<Tensor>& expert_norm_grads);
+                              const std::vector<Tensor>& expert_norm_grads, Timers* timers = nullptr);
 
 // Skipped-iteration bookkeeping for the log line ("number of skipped iterations" per interval) and the
 // run's total.

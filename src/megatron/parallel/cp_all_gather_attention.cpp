@@ -38,6 +38,20 @@ void reduce_scatter_sequence(Context& ctx, comm::Communicator& group, const Tens
   group.reduce_scatter(out, by_rank, comm::ReduceOp::Sum, ctx.stream());
 }
 
+namespace {
+
+// The options of query half `half`'s call: its queries at their chunk's positions, the keys (the whole
+// sequence's prefix, in natural order) at their own.
+ops::AttentionOptions half_options(const ops::AttentionOptions& options, int rank, int half, int P, int64_t c) {
+  if (!options.dropout.enabled()) return options;
+  ops::AttentionOptions o = options;
+  o.dropout.queries = {{0, chunk_of(rank, half, P) * c, c}};
+  o.dropout.keys.clear();
+  return o;
+}
+
+}  // namespace
+
 void all_gather_attention_forward(Context& ctx, comm::Communicator& group, const Tensor& out, const Tensor& stats,
                                   const Tensor& q, const Tensor& k, const Tensor& v,
                                   const ops::AttentionOptions& options) {
@@ -49,7 +63,7 @@ void all_gather_attention_forward(Context& ctx, comm::Communicator& group, const
     const int64_t visible = (chunk_of(r, half, P) + 1) * c;
     const WriteRows o(ctx, out, half * c, c), s(ctx, stats, half * c, c, kStatsSeqDim);
     ops::attention_forward(ctx, o.tensor(), s.tensor(), read_rows(ctx, q, half * c, c), read_rows(ctx, k_all, 0, visible),
-                           read_rows(ctx, v_all, 0, visible), options);
+                           read_rows(ctx, v_all, 0, visible), half_options(options, r, half, P, c));
     o.commit(ctx);
     s.commit(ctx);
   }
@@ -74,7 +88,7 @@ void all_gather_attention_backward(Context& ctx, comm::Communicator& group, cons
     ops::attention_backward(ctx, dq_rows.tensor(), dk_part, dv_part, read_rows(ctx, dout, half * c, c),
                             read_rows(ctx, q, half * c, c), read_rows(ctx, k_all, 0, visible),
                             read_rows(ctx, v_all, 0, visible), read_rows(ctx, out, half * c, c),
-                            read_rows(ctx, stats, half * c, c, kStatsSeqDim), options);
+                            read_rows(ctx, stats, half * c, c, kStatsSeqDim), half_options(options, r, half, P, c));
     dq_rows.commit(ctx);
     add_rows(ctx, dk_all, 0, dk_part);
     add_rows(ctx, dv_all, 0, dv_part);

@@ -22,11 +22,31 @@ A2aLevels a2a_levels(const ContextParallel& cp, CpCommType type) {
 
 Tensor stats_for(Context& ctx, const Tensor& q) { return ctx.empty({q.dim(0), q.dim(2), q.dim(1), 1}, DType::F32); }
 
+// Dropout's defaults made explicit before any layout changes the call's shape: P's heads are this rank's
+// (q's) and its sequence is the whole one, CP x the local tokens.
+ops::AttentionOptions whole_addressing(const ops::AttentionOptions& options, const ContextParallel& cp,
+                                       const Tensor& q) {
+  ops::AttentionOptions o = options;
+  if (o.dropout.heads == 0) o.dropout.heads = q.dim(2);
+  if (o.dropout.seq == 0) o.dropout.seq = q.dim(1) * cp.size();
+  return o;
+}
+
+// After the all-to-all over heads this rank holds head group a2a.rank() of its heads: dropout addresses them
+// there.
+ops::AttentionOptions heads_options(const ops::AttentionOptions& options, const comm::Communicator& a2a,
+                                    int64_t local_heads) {
+  ops::AttentionOptions o = options;
+  o.dropout.head_offset += int64_t(a2a.rank()) * (local_heads / a2a.size());
+  return o;
+}
+
 }  // namespace
 
 CpAttentionSaved cp_attention_forward(Context& ctx, const ContextParallel& cp, CpCommType type, const Tensor& out,
                                       const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const ops::AttentionOptions& options) {
+                                      const ops::AttentionOptions& given) {
+  const ops::AttentionOptions options = whole_addressing(given, cp, q);
   switch (type) {
     case CpCommType::P2P: {
       CpAttentionSaved s{q, k, v, out, stats_for(ctx, q)};
@@ -45,7 +65,7 @@ CpAttentionSaved cp_attention_forward(Context& ctx, const ContextParallel& cp, C
                          scatter_heads(ctx, *levels.a2a, v)};
       s.out = ctx.empty(s.q.shape(), s.q.dtype());
       s.stats = stats_for(ctx, s.q);
-      ring_attention_forward(ctx, levels.ring, s.out, s.stats, s.q, s.k, s.v, options);
+      ring_attention_forward(ctx, levels.ring, s.out, s.stats, s.q, s.k, s.v, heads_options(options, *levels.a2a, q.dim(2)));
       gather_heads(ctx, *levels.a2a, out, s.out);
       return s;
     }
@@ -55,7 +75,8 @@ CpAttentionSaved cp_attention_forward(Context& ctx, const ContextParallel& cp, C
 
 void cp_attention_backward(Context& ctx, const ContextParallel& cp, CpCommType type, CpAttentionSaved&& saved,
                            const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
-                           const ops::AttentionOptions& options) {
+                           const ops::AttentionOptions& given) {
+  const ops::AttentionOptions options = whole_addressing(given, cp, dq);
   CpAttentionSaved s = std::move(saved);
   switch (type) {
     case CpCommType::P2P:
@@ -71,7 +92,7 @@ void cp_attention_backward(Context& ctx, const ContextParallel& cp, CpCommType t
       Tensor dq_heads = ctx.empty(s.q.shape(), s.q.dtype()), dk_heads = ctx.empty(s.k.shape(), s.k.dtype()),
              dv_heads = ctx.empty(s.v.shape(), s.v.dtype());
       ring_attention_backward(ctx, levels.ring, dq_heads, dk_heads, dv_heads, dout_heads, s.q, s.k, s.v, s.out,
-                              s.stats, options);
+                              s.stats, heads_options(options, *levels.a2a, dout.dim(2)));
       s = CpAttentionSaved{};  // the core's tensors are no longer needed
       gather_heads(ctx, *levels.a2a, dq, dq_heads);
       gather_heads(ctx, *levels.a2a, dk, dk_heads);

@@ -7,6 +7,11 @@
 //   load-balanced split); out [B, s, H, D] is assigned. Returns what the backward needs: the attention
 //   core's inputs and results in the layout it ran in (for a2a, the whole sequences of 1/A of the heads).
 // backward: consumes them; dq, dk, dv (shaped like q, k, v) assigned from dout.
+// Attention dropout (options.dropout, ops/attention/attention_dropout.h): the caller addresses this rank's heads
+// in the whole model (heads, head_offset; heads 0: q's) and the whole sequence (seq = S; 0: CP x q's tokens);
+// every type then draws each
+// probability at its query's and key's places in the sequence (and, after a2a's all-to-all, its head's), so
+// every type and CP size draws the masks of one rank.
 #pragma once
 
 #include "megatron/ops/attention/attention.h"

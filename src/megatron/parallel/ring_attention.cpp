@@ -52,6 +52,20 @@ ops::AttentionOptions full(const ops::AttentionOptions& options) {
   return o;
 }
 
+// The options of one block's attention call: the dropout addressing of its queries (rows [q_first, +q_count) of
+// this rank's [chunk r ; chunk 2P-1-r]) and keys (rows [0, k_count) of the owner's two chunks), c positions
+// per chunk.
+ops::AttentionOptions block_options(const ops::AttentionOptions& options, const RingStep& at, int64_t c,
+                                    int64_t q_first, int64_t q_count, int64_t k_count) {
+  if (!options.dropout.enabled()) return options;
+  ops::AttentionOptions o = options;
+  MEGATRON_CHECK(o.dropout.seq == 2 * int64_t(at.size) * c, "ring attention: the dropout addressing's sequence of ",
+                 o.dropout.seq, " positions is not the ring's ", at.size, " ranks x 2 chunks of ", c);
+  o.dropout.queries = ops::slice_runs(ops::two_chunk_runs(at.size, at.rank, c), q_first, q_count);
+  o.dropout.keys = ops::slice_runs(ops::two_chunk_runs(at.size, at.owner(), c), 0, k_count);
+  return o;
+}
+
 }  // namespace
 
 void ring_attention_forward_step(Context& ctx, const RingStep& at, const Tensor& out, const Tensor& stats,
@@ -61,15 +75,16 @@ void ring_attention_forward_step(Context& ctx, const RingStep& at, const Tensor&
   const int64_t B = q.dim(0), c = q.dim(1) / 2, H = q.dim(2), D = q.dim(3);
   const int j = at.owner();
   if (at.step == 0) {
-    ops::attention_forward(ctx, out, stats, q, k_block, v_block, options);
+    ops::attention_forward(ctx, out, stats, q, k_block, v_block, block_options(options, at, c, 0, 2 * c, 2 * c));
   } else if (j < at.rank) {  // every local query over the block's first chunk
     Tensor part = ctx.empty(q.shape(), q.dtype()), part_stats = ctx.empty(stats.shape(), DType::F32);
     ops::attention_forward(ctx, part, part_stats, q, read_rows(ctx, k_block, 0, c), read_rows(ctx, v_block, 0, c),
-                           full(options));
+                           full(block_options(options, at, c, 0, 2 * c, c)));
     ops::attention_merge(ctx, out, stats, part, part_stats, 0);
   } else {  // the second local chunk over the whole block
     Tensor part = ctx.empty({B, c, H, D}, q.dtype()), part_stats = ctx.empty({B, H, c, 1}, DType::F32);
-    ops::attention_forward(ctx, part, part_stats, read_rows(ctx, q, c, c), k_block, v_block, full(options));
+    ops::attention_forward(ctx, part, part_stats, read_rows(ctx, q, c, c), k_block, v_block,
+                           full(block_options(options, at, c, c, c, 2 * c)));
     ops::attention_merge(ctx, out, stats, part, part_stats, c);
   }
 }
@@ -83,14 +98,16 @@ RingBlockGrads ring_attention_backward_step(Context& ctx, const RingStep& at, co
   auto like = [&](const Tensor& t, int64_t rows) { return ctx.empty(with_extent(t.shape(), kSeqDim, rows), t.dtype()); };
   if (at.step == 0) {
     RingBlockGrads g{like(k_block, 2 * c), like(v_block, 2 * c)};
-    ops::attention_backward(ctx, dq, g.dk, g.dv, dout, q, k_block, v_block, out, stats, options);
+    ops::attention_backward(ctx, dq, g.dk, g.dv, dout, q, k_block, v_block, out, stats,
+                            block_options(options, at, c, 0, 2 * c, 2 * c));
     return g;
   }
   if (at.owner() < at.rank) {  // every local query over the block's first chunk
     const Tensor k = read_rows(ctx, k_block, 0, c), v = read_rows(ctx, v_block, 0, c);
     RingBlockGrads g{like(k, c), like(v, c)};
     Tensor dq_part = like(q, 2 * c);
-    ops::attention_backward(ctx, dq_part, g.dk, g.dv, dout, q, k, v, out, stats, full(options));
+    ops::attention_backward(ctx, dq_part, g.dk, g.dv, dout, q, k, v, out, stats,
+                            full(block_options(options, at, c, 0, 2 * c, c)));
     add_rows(ctx, dq, 0, dq_part);
     return g;
   }
@@ -98,7 +115,8 @@ RingBlockGrads ring_attention_backward_step(Context& ctx, const RingStep& at, co
   RingBlockGrads g{like(k_block, 2 * c), like(v_block, 2 * c)};
   Tensor dq_part = like(q, c);
   ops::attention_backward(ctx, dq_part, g.dk, g.dv, read_rows(ctx, dout, c, c), read_rows(ctx, q, c, c), k_block,
-                          v_block, read_rows(ctx, out, c, c), read_rows(ctx, stats, c, c, kStatsSeqDim), full(options));
+                          v_block, read_rows(ctx, out, c, c), read_rows(ctx, stats, c, c, kStatsSeqDim),
+                          full(block_options(options, at, c, c, c, 2 * c)));
   add_rows(ctx, dq, c, dq_part);
   return g;
 }
@@ -126,7 +144,8 @@ void ring_attention_backward(Context& ctx, comm::Communicator* group, const Tens
                              const Tensor& out, const Tensor& stats, const ops::AttentionOptions& options) {
   const Ring ring(group);
   if (ring.size == 1) {
-    ops::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, options);
+    ops::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats,
+                            block_options(options, ring.at(0), q.dim(1) / 2, 0, q.dim(1), q.dim(1)));
     return;
   }
   // `grads` accumulates the gradient of the block this rank holds and travels on with it; after the last

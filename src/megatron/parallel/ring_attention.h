@@ -19,6 +19,10 @@
 // ones), the keys and values travelling around the ring again; dq accumulates locally, and each block's
 // dk/dv accumulate into a buffer that travels with it and arrives back at its owner after the last step.
 //
+// Attention dropout (options.dropout): each block's call draws the probabilities of its queries and keys at
+// their places in the whole sequence, the ring's load-balanced layout of P ranks x 2 chunks of c positions
+// (options.dropout.seq must be 2Pc; its head addressing is the caller's, its query and key runs are replaced):
+// the masks of one rank attending the whole sequence.
 // Shapes: q, out, dq, dout [B, 2c, H, D]; k, v, dk, dv [B, 2c, G, D]; stats [B, H, 2c, 1] F32; all
 // assigned. group null or of size 1: plain causal attention. Outputs and accumulators stay in the I/O dtype
 // with fp32 math (one rounding per merge or addition). Deterministic when options.deterministic.

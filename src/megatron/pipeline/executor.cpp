@@ -39,6 +39,26 @@ HookPoints hook_points(const std::vector<Step>& steps, int num_chunks, int num_m
   return h;
 }
 
+// Megatron's timer of a point-to-point batch (p2p_communication.py): the directions it sends and receives in.
+const char* p2p_timer_name(const std::vector<Message>& messages) {
+  bool send_f = false, send_b = false, recv_f = false, recv_b = false;
+  for (const Message& m : messages) {
+    send_f |= m.kind == Message::Kind::SendForward;
+    send_b |= m.kind == Message::Kind::SendBackward;
+    recv_f |= m.kind == Message::Kind::RecvForward;
+    recv_b |= m.kind == Message::Kind::RecvBackward;
+  }
+  const int kinds = int(send_f) + int(send_b) + int(recv_f) + int(recv_b);
+  if (kinds > 2 || (send_f && send_b) || (recv_f && recv_b)) return "forward-backward-send-forward-backward-recv";
+  if (send_f && recv_f) return "forward-send-forward-recv";
+  if (send_f && recv_b) return "forward-send-backward-recv";
+  if (send_b && recv_f) return "backward-send-forward-recv";
+  if (send_b && recv_b) return "backward-send-backward-recv";
+  if (send_f) return "forward-send";
+  if (send_b) return "backward-send";
+  return recv_f ? "forward-recv" : "backward-recv";
+}
+
 // A tensor arriving in a point-to-point batch; usable once the batch is waited for.
 struct Received {
   Tensor tensor;
@@ -91,10 +111,12 @@ class Executor {
   }
 
   Tensor take_received(std::map<Key, Received>& from, Key key, size_t i, const Step& s, const char* what) {
+    const bool from_forward = &from == &inputs_;
     auto it = from.find(key);
     MEGATRON_CHECK(it != from.end(), where(i, s), " needs its ", what, ", which no earlier batch received");
     if (it->second.pending) {
       TimelineScope span(run_.timeline, str_cat("wait for ", what, " ", label(key)), "p2p");
+      TimerScope timer(run_.timers, from_forward ? "forward-recv" : "backward-recv", 2);
       it->second.pending->wait(ctx_.stream());
     }
     Tensor t = std::move(it->second.tensor);
@@ -147,6 +169,7 @@ void Executor::forward(size_t i, const Step& s) {
     };
   nn::StageOutput out = [&] {
     TimelineScope span(run_.timeline, str_cat("forward ", label(key)), "compute");
+    TimerScope timer(run_.timers, "forward-compute", 2);
     return chunk.forward(ctx_, in, options);
   }();
   if (layout.post_process) losses_[size_t(s.microbatch)] = out.loss;
@@ -177,6 +200,7 @@ void Executor::backward(size_t i, const Step& s) {
   hooks.grads_final = i == points_.last_backward[size_t(s.chunk)] ? run_.hooks.grads_final : nullptr;
   Tensor dinput = [&] {
     TimelineScope span(run_.timeline, str_cat("backward ", label(key)), "compute");
+    TimerScope timer(run_.timers, "backward-compute", 2);
     return chunk.backward(ctx_, std::move(saved), doutput, hooks);
   }();
   if (!chunk.layout().pre_process) input_grads_[key] = std::move(dinput);
@@ -222,6 +246,7 @@ void Executor::communicate(size_t i, const Step& s) {
   };
   {
     TimelineScope span(run_.timeline, describe({s}), "p2p");
+    TimerScope timer(run_.timers, p2p_timer_name(s.messages), 2);
     post(*p2p.activations, forward_ops, received_forward, inputs_);
     post(*p2p.gradients, backward_ops, received_backward, output_grads_);
   }

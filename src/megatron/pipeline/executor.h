@@ -27,6 +27,7 @@
 #include "megatron/nn/gpt_model.h"
 #include "megatron/pipeline/schedule.h"
 #include "megatron/runtime/timeline.h"
+#include "megatron/runtime/timers.h"
 
 namespace megatron::pipeline {
 
@@ -64,6 +65,11 @@ struct ScheduleRun {
   ScheduleHooks hooks;
   const PipelineComm* p2p = nullptr;  // null: one pipeline stage
   Timeline* timeline = nullptr;       // records forward, backward and point-to-point spans (null: none)
+  // Megatron's level-2 timers (null: none): forward-compute and backward-compute around each micro-batch's
+  // forward and backward; each point-to-point batch under Megatron's name for what it sends and receives
+  // (forward-send, backward-recv, forward-send-backward-recv, ...), and the wait for a received tensor where
+  // it is used in forward-recv or backward-recv.
+  Timers* timers = nullptr;
 };
 
 // Runs `steps` and returns each micro-batch's loss (device scalars, in micro-batch order; undefined on ranks

@@ -6,6 +6,7 @@
 #include "megatron/core/error.h"
 #include "megatron/parallel/pipeline_split.h"
 #include "megatron/train/fp8_arguments.h"
+#include "megatron/train/logging_arguments.h"
 #include "megatron/train/recompute_arguments.h"
 #include "megatron/train/schedule_arguments.h"
 #include "megatron/train/moe_arguments.h"
@@ -353,6 +354,7 @@ std::vector<std::string> constraint_violations(const Arguments& a) {
   for (std::string& s : moe_violations(a)) out.push_back(std::move(s));
   for (std::string& s : fp8_violations(a)) out.push_back(std::move(s));
   for (std::string& s : recompute_violations(a)) out.push_back(std::move(s));
+  for (std::string& s : logging_violations(a)) out.push_back(std::move(s));
   for (std::string& s : schedule_violations(a)) out.push_back(std::move(s));
   return out;
 }

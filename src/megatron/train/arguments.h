@@ -97,6 +97,30 @@ struct RecomputeArguments {
   bool distribute_saved_activations = false;
 };
 
+// What a run reports and how it leaves (Megatron's logging, timing, TensorBoard, straggler and exit-signal
+// flags; train/logging_arguments.h has their rules, docs/observability.md what each shows).
+struct LoggingArguments {
+  int timing_log_level = 0;                  // 0: none; 1: once-per-iteration timers; 2: per micro-batch too
+  std::string timing_log_option = "minmax";  // max | minmax | all
+  bool log_throughput = false;               // the log line always shows it; this adds TensorBoard's "throughput"
+  bool log_params_norm = false;
+  bool log_num_zeros_in_grad = false;
+  std::string tensorboard_dir;               // "" : no event files
+  int tensorboard_log_interval = 1;
+  int tensorboard_queue_size = 1000;
+  bool log_timers_to_tensorboard = false;
+  bool log_memory_to_tensorboard = false;
+  bool log_validation_ppl_to_tensorboard = false;
+  bool log_world_size_to_tensorboard = false;
+  bool no_log_loss_scale_to_tensorboard = false;  // Megatron's --no-log-loss-scale-to-tensorboard
+  bool log_straggler = false;
+  int straggler_minmax_count = 1;
+  int straggler_ctrlr_port = 65535;
+  bool disable_straggler_on_startup = false;
+  bool exit_signal_handler = false;
+  std::string exit_signal = "SIGTERM";       // the signal --exit-signal-handler catches (SIGINT is caught too)
+};
+
 struct TrainingArguments {
   int micro_batch_size = 1;
   int global_batch_size = 0;         // 0 = micro_batch_size * data_parallel_size
@@ -255,6 +279,7 @@ struct Arguments {
   MoeArguments moe;
   Fp8Arguments fp8;
   RecomputeArguments recompute;
+  LoggingArguments logging;
   // Flags given that this build refuses, one sentence each ("--flag value: why; what to use instead"), listed
   // among the constraint violations so that every problem is reported at once.
   std::vector<std::string> refused;

@@ -47,7 +47,6 @@ std::vector<FlagSpec> noop_flags() {
                 "torch.cuda.empty_cache(): the caching allocator keeps its blocks (it releases them and retries once "
                 "when an allocation fails)",
                 {"0", "1", "2"}),
-      noop_flag("--log-throughput", F::Switch, "the log line always shows the throughput (TFLOP/s/GPU and tokens/s/GPU)"),
       noop_flag("--auto-detect-ckpt-format", F::Switch, "there is one checkpoint format (metadata.json says it)"),
       noop_flag("--grad-reduce-in-bf16", F::Switch,
                 "gradients are always accumulated and reduced in fp32 here (more precise; bf16 only saves bandwidth)"),
@@ -71,10 +70,6 @@ FlagSpec ckpt_format_flag() {
 }
 
 std::vector<FlagSpec> refused_flags() {
-  const std::string tensorboard = "TensorBoard event files are " + std::string(kNotYet) +
-                                  "the log line (every --log-interval) has the same values; drop the flag";
-  const std::string wandb = "Weights & Biases logging is not available in C++; the log line has the values (TensorBoard "
-                            "files will be the way to plot them); drop the flag";
   // Megatron-Core's dynamic (hybrid) context parallelism: the plan and its model-level equivalence exist, the
   // trainer does not run it yet.
   const std::string dynamic_cp =
@@ -84,11 +79,6 @@ std::vector<FlagSpec> refused_flags() {
   const std::string hydra = "a Hydra option of NeMo / Megatron-Bridge recipe scripts, not of Megatron-LM's pretrain_gpt; "
                             "pass Megatron's flags (or --yaml-cfg FILE)";
   return {
-      refused_flag("--tensorboard-dir", F::Value, tensorboard),
-      refused_flag("--log-memory-to-tensorboard", F::Switch, tensorboard),
-      refused_flag("--wandb-project", F::Value, wandb),
-      refused_flag("--wandb-exp-name", F::Value, wandb),
-      refused_flag("--wandb-save-dir", F::Value, wandb),
       refused_flag("--dynamic-context-parallel", F::Switch, dynamic_cp),
       refused_flag("--hybrid-context-parallel", F::Switch, dynamic_cp),
       refused_flag("--max-seqlen-per-dp-cp-rank", F::Value, dynamic_cp),

@@ -148,5 +148,6 @@ void refuse(Arguments& args, const std::string& flag, const std::string& value, 
 // The groups of flags (flags.cpp and the files of each group).
 std::vector<FlagSpec> compat_flags();    // compat_flags.cpp: Megatron flags that are no-ops or refused here
 std::vector<FlagSpec> schedule_flags();  // schedule_arguments.cpp: sample-based schedules, batch ramp-up, weight decay
+std::vector<FlagSpec> logging_flags();   // logging_arguments.cpp: timers, TensorBoard, stragglers, exit signals
 
 }  // namespace megatron::train

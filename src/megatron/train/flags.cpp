@@ -399,7 +399,7 @@ const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = [] {
     std::vector<FlagSpec> all;
     for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &tp_comm_overlap_switches, &training_flags,
-                       &schedule_flags, &parallel_flags, &data_flags, &checkpoint_flags, &compat_flags})
+                       &schedule_flags, &logging_flags, &parallel_flags, &data_flags, &checkpoint_flags, &compat_flags})
       for (FlagSpec& f : group()) all.push_back(std::move(f));
     return all;
   }();

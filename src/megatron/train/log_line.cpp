@@ -39,6 +39,8 @@ std::string format_log_line(const IterationLog& l) {
   for (const auto& [name, value] : l.extra_losses) s += " " + name + fmt(": %.6E |", value);
   s += fmt(" loss scale: %.1f |", l.loss_scale);
   if (l.grad_norm) s += fmt(" grad norm: %.3f |", *l.grad_norm);
+  if (l.num_zeros) s += fmt(" num zeros: %.1f |", double(*l.num_zeros));  // Megatron prints the count as a float
+  if (l.params_norm) s += fmt(" params norm: %.3f |", *l.params_norm);
   s += fmt(" number of skipped iterations: %3lld |", (long long)l.skipped_iterations);
   s += fmt(" number of nan iterations: %3lld |", (long long)l.nan_iterations);
   return s;

@@ -31,6 +31,8 @@ struct IterationLog {
   std::vector<std::pair<std::string, double>> extra_losses;
   double loss_scale = 1.0;
   std::optional<double> grad_norm;  // absent when the iteration was skipped
+  std::optional<int64_t> num_zeros;     // --log-num-zeros-in-grad
+  std::optional<double> params_norm;    // --log-params-norm
   int64_t skipped_iterations = 0;
   int64_t nan_iterations = 0;
 };

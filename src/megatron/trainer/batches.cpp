@@ -1,6 +1,7 @@
 #include "megatron/trainer/batches.h"
 
 #include <cmath>
+#include <thread>
 
 #include "megatron/core/error.h"
 #include "megatron/data/indexed_dataset.h"
@@ -9,6 +10,13 @@
 namespace megatron::trainer {
 
 Tensor SampleStream::next(int64_t n, Allocator& host) { return next(n, host, 0, n); }
+
+void SampleStream::add_read_delay(std::chrono::milliseconds delay) {
+  read_ = [read = std::move(read_), delay](int64_t index, std::span<int64_t> tokens) {
+    std::this_thread::sleep_for(delay);
+    read(index, tokens);
+  };
+}
 
 Tensor SampleStream::next(int64_t n, Allocator& host, int64_t begin, int64_t count) {
   MEGATRON_CHECK(available(), "no samples in this split");

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <memory>
 #include <optional>
 
@@ -48,6 +49,8 @@ class SampleStream {
   int64_t consumed() const { return consumed_; }
   void rewind() { consumed_ = 0; }
   void set_consumed(int64_t n) { consumed_ = n; }  // resuming from a checkpoint
+  // Every read takes `delay` longer: a slow data source, to simulate one (the straggler detector's test).
+  void add_read_delay(std::chrono::milliseconds delay);
 
  private:
   Reader read_;

@@ -4,6 +4,8 @@
 #include "megatron/trainer/layout_search.h"
 #include "megatron/trainer/memory_plan.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 
@@ -151,6 +153,21 @@ void report_optimizer_state(const Trainer& trainer, const train::Arguments& args
             << "\n" << std::flush;
 }
 
+// For tests only: MEGATRON_TEST_STRAGGLER="RANK:MILLISECONDS" makes rank RANK's every training sample read
+// that much slower, a straggler for the straggler detector's test to find. Unset (always, outside that test):
+// nothing.
+void slow_down_for_tests(SampleStream& train, int rank) {
+  const char* spec = std::getenv("MEGATRON_TEST_STRAGGLER");
+  if (spec == nullptr) return;
+  int slow_rank = -1, milliseconds = 0;
+  MEGATRON_CHECK(std::sscanf(spec, "%d:%d", &slow_rank, &milliseconds) == 2 && milliseconds >= 0,
+                 "MEGATRON_TEST_STRAGGLER='", spec, "' must be RANK:MILLISECONDS");
+  if (rank != slow_rank) return;
+  std::cout << "MEGATRON_TEST_STRAGGLER: rank " << rank << " reads every training sample " << milliseconds
+            << " ms slower\n";
+  train.add_read_delay(std::chrono::milliseconds(milliseconds));
+}
+
 // Rank 0 builds (and caches) the dataset indices first, as Megatron does; the others then read them.
 std::unique_ptr<TrainingData> load_data(const train::Arguments& args, int64_t eod, comm::Communicator& world) {
   std::unique_ptr<TrainingData> data;
@@ -210,6 +227,11 @@ int pretrain(const std::vector<std::string>& argv, const comm::DistributedRuntim
   }
 
   const Device device = pick_device(args.training.device, runtime);
+  MEGATRON_CHECK(device.is_cpu() || args.model.attention_dropout == 0, "--attention-dropout ",
+                 args.model.attention_dropout, " (Megatron's default is 0.1) runs on CPU ranks only: cuDNN's fused ",
+                 "attention draws its dropout masks in its own layout, not by each probability's index as the CPU ",
+                 "does, so GPU runs would not be comparable with CPU runs or across layouts; pass --attention-dropout 0 ",
+                 "to train on GPUs");
   const std::unique_ptr<Context> ctx = Context::create(device);
   configure_cpu_threads(args.training.cpu_threads, runtime.local_size());  // --cpu-threads, else a share of the node
   ctx->set_deterministic(args.training.deterministic_mode);
@@ -235,6 +257,7 @@ int pretrain(const std::vector<std::string>& argv, const comm::DistributedRuntim
     streams = RunStreams{data->stream(data::Split::train), data->stream(data::Split::valid),
                          data->stream(data::Split::test)};
   }
+  slow_down_for_tests(streams.train, world->rank());
   Trainer trainer(*ctx, args, chunks, parallel);
   report_optimizer_state(trainer, args, *world);
   checkpoints.attach(chunks, trainer);

@@ -2,12 +2,19 @@
 //   for iteration = start + 1 .. --train-iters:
 //     Trainer::train_step;
 //     every --log-interval (and at the last iteration): Megatron's log line on the last rank, averaged over
-//       the interval (loss, time per iteration, TFLOP/s and tokens/s per GPU), and once, each GPU rank's
-//       peak memory next to the model state allocated before the first step;
+//       the interval (loss, time per iteration, TFLOP/s and tokens/s per GPU; the learning rate after the
+//       iteration's scheduler step, Megatron's convention; --log-num-zeros-in-grad and --log-params-norm add
+//       theirs), Megatron's timer report (--timing-log-level, --timing-log-option: timer_report.h), the
+//       straggler report (--log-straggler: straggler_detector.h), and once, each rank's peak memory next to
+//       the model state allocated before the first step, and Megatron's memory line on data-parallel rank 0s;
+//     every --tensorboard-log-interval: Megatron's TensorBoard scalars (tensorboard_log.h), flushed after each
+//       log line;
 //     every --eval-interval: the validation loss and perplexity (last rank);
-//     publish a finished asynchronous save; save every --save-interval;
-//     stop at --exit-interval, or once --exit-duration-in-mins has passed on any rank (agreed over the world,
-//     so every rank stops at the same iteration);
+//     publish a finished asynchronous save; save every --save-interval (Megatron's save-checkpoint timer
+//       printed after each save);
+//     stop at --exit-interval, once --exit-duration-in-mins has passed on any rank, or once any rank has
+//       received --exit-signal (--exit-signal-handler: exit_signal.h), agreed over the world, so every rank
+//       stops after the same iteration;
 //   then save the last iteration (Megatron saves when a run stops), wait for an asynchronous save in flight,
 //   and evaluate on the test split.
 // Profiling (--profile): iterations [--profile-step-start, --profile-step-end) are marked for an external
@@ -21,7 +28,11 @@
 #include <memory>
 #include <optional>
 
+#include "megatron/runtime/timers.h"
+#include "megatron/trainer/exit_signal.h"
 #include "megatron/trainer/run_checkpoints.h"
+#include "megatron/trainer/straggler_detector.h"
+#include "megatron/trainer/tensorboard_log.h"
 #include "megatron/trainer/trainer.h"
 
 namespace megatron::trainer {
@@ -41,10 +52,19 @@ class TrainLoop {
   int64_t run(int64_t start_iteration);
 
  private:
-  // Accumulates one iteration into the interval and prints the log line when the interval is complete.
+  // Accumulates one iteration into the interval, writes its TensorBoard scalars, and prints the log line and
+  // the interval's reports when the interval is complete. Collective (every rank calls it).
   void log(int64_t iteration, const StepResult& r, double seconds);
+  bool log_iteration(int64_t iteration) const;
+  void print_log_line(int64_t iteration, const StepResult& r);
+  // The timer and straggler reports of the interval that ends at `iteration` (collective), then the timers reset.
+  void report_interval(int64_t iteration, double seconds_per_iteration, int64_t global_batch_size);
+  void write_tensorboard(int64_t iteration, const StepResult& r);
   void print_memory_once(int64_t iteration);
   void print_evaluation(const std::string& where, double loss) const;
+  void evaluate_validation(int64_t iteration);
+  // A checkpoint of `iteration` (when --save is given), timed by Megatron's save-checkpoint timer.
+  void save_checkpoint(int64_t iteration);
   bool should_exit(int64_t iteration);
   // Saves iteration - 1 when the global batch of `iteration` differs from `batch` (then updated).
   void save_when_batch_grows(int64_t iteration, int64_t& batch);
@@ -65,7 +85,17 @@ class TrainLoop {
   double interval_loss_ = 0, interval_seconds_ = 0, interval_document_squares_ = 0;
   int64_t interval_iters_ = 0, skipped_ = 0, nans_ = 0;
   std::optional<double> last_grad_norm_;
+  // MoE losses summed over the interval's iterations, when TensorBoard takes them every iteration.
+  std::vector<std::pair<std::string, double>> interval_moe_losses_;
+  // --log-num-zeros-in-grad / --log-params-norm of the current iteration, computed once per iteration at most.
+  std::optional<int64_t> num_zeros_;
+  std::optional<double> params_norm_;
   std::unique_ptr<Timeline> timeline_;  // --profile with --profile-dir
+  Timers timers_;             // --timing-log-level (level 2 also with --log-straggler, which reads their times)
+  Timers checkpoint_timers_;  // save-checkpoint, reported after each save
+  std::unique_ptr<TensorBoardLog> tensorboard_;       // the last rank with --tensorboard-dir
+  std::unique_ptr<StragglerDetector> straggler_;      // --log-straggler
+  std::unique_ptr<ExitSignalHandler> exit_signal_;    // --exit-signal-handler
 };
 
 }  // namespace megatron::trainer

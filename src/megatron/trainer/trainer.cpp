@@ -5,6 +5,7 @@
 
 #include "megatron/distributed/finalize_model_grads.h"
 #include "megatron/ops/elementwise/elementwise.h"
+#include "megatron/ops/optimizer/optimizer.h"
 
 namespace megatron::trainer {
 namespace {
@@ -275,8 +276,12 @@ Trainer::MicroBatchLosses Trainer::run_micro_batches(SampleStream& data, int64_t
   // The host prepares micro-batch m + 1 while the device runs micro-batch m; ranks with only middle pipeline
   // stages read nothing and keep the data position.
   HostMicroBatch next;
-  if (reads_data) next = prepare_micro_batch(data);
-  else data.skip(int64_t(M) * args_.training.micro_batch_size * parallel_->dp_size());
+  if (reads_data) {
+    TimerScope timer(forward_only ? nullptr : timers_, "batch-generator", 2, TimerClock::Host);
+    next = prepare_micro_batch(data);
+  } else {
+    data.skip(int64_t(M) * args_.training.micro_batch_size * parallel_->dp_size());
+  }
   int expected = 0;
   MicroBatchLosses result;
   pipeline::ScheduleRun run{
@@ -287,14 +292,19 @@ Trainer::MicroBatchLosses Trainer::run_micro_batches(SampleStream& data, int64_t
       .seq = local_seq(),
       .input = [&](int m) {
         MEGATRON_CHECK(m == expected++, "Trainer: micro-batch ", m, "'s data asked for out of order");
+        TimerScope timer(forward_only ? nullptr : timers_, "batch-generator", 2, TimerClock::Host);
         result.record(next);
         return upload(next);
       },
-      .prepare = [&](int) { next = prepare_micro_batch(data); },
+      .prepare = [&](int) {
+        TimerScope timer(forward_only ? nullptr : timers_, "batch-generator", 2, TimerClock::Host);
+        next = prepare_micro_batch(data);
+      },
       .options = [&](int m) { return micro_batch_options(iteration, M, m, forward_only, loss_scale, result); },
       .hooks = {},
       .p2p = p2p_.get(),
-      .timeline = timeline_};
+      .timeline = timeline_,
+      .timers = forward_only ? nullptr : timers_};
   const distributed::DataParallelConfig& dp_config = ddp_->config();
   if (dp_config.shard_params || dp_config.shard_grads) run.hooks.every_pass = fsdp_hooks();
   if (!forward_only) {
@@ -325,12 +335,17 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   r.global_batch_size = batch_schedule_.global_batch_size(train_data.consumed());
   num_micro_batches_ = int(r.global_batch_size / (int64_t(args_.training.micro_batch_size) * parallel_->dp_size()));
   ddp_->zero_grads(ctx_);
-  const MicroBatchLosses losses = run_micro_batches(train_data, iteration, /*forward_only=*/false, num_micro_batches_);
+  MicroBatchLosses losses;
+  {
+    TimerScope timer(timers_, "forward-backward", 1);
+    losses = run_micro_batches(train_data, iteration, /*forward_only=*/false, num_micro_batches_);
+  }
   {
     TimelineScope span(timeline_, "finalize grads", "grad-reduce");
     distributed::finalize_model_grads(ctx_, *ddp_, parameters(),
                                       {.tensor_parallel = parallel_->tp().comm.get(),
-                                       .embedding = parallel_->embedding().comm.get()});
+                                       .embedding = parallel_->embedding().comm.get()},
+                                      timers_);
     // Megatron updates the routers' expert biases at the end of finalize_model_grads, once per step.
     for (nn::GPTModel* chunk : chunks_)
       for (nn::TransformerLayer& layer : chunk->layers)
@@ -353,18 +368,21 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   // Unscale, check for overflow, compute the clip coefficient (agreed over the ranks); then the update with
   // the scheduled lr and weight decay, which applies the coefficient as it reads the gradients.
   TimelineScope span(timeline_, "clip + optimizer", "optimizer");
+  TimerScope optimizer_timer(timers_, "optimizer", 1);
   optim::GradPreparation prepared =
       optim::prepare_grads(ctx_, local_grads(), scaler_.get(), args_.training.clip_grad, grad_stats_groups(),
-                           norm_grads(false), norm_grads(true));
+                           norm_grads(false), norm_grads(true), timers_);
   r.learning_rate = scheduler_.lr();
   r.grad_norm = prepared.grad_norm;
   r.skipped = prepared.skip_update;
   if (!r.skipped) {
     const float clip = float(prepared.grad_scale);
-    if (dist_optimizer_)
-      dist_optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip);
-    else
+    if (dist_optimizer_) {
+      dist_optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip, timers_);
+    } else {
+      TimerScope timer(timers_, "optimizer-inner-step", 1);
       optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip);
+    }
     scheduler_.step(r.global_batch_size);  // Megatron counts the schedule in samples
   }
   // FP8: the iteration's amaxes become the next scales (delayed scaling; reduced over the stage's TP x DP x CP
@@ -488,7 +506,8 @@ std::vector<double> host_values(Context& ctx, const Tensor& t) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, double>> Trainer::moe_losses(int64_t iterations) {
+std::vector<std::pair<std::string, double>> Trainer::moe_losses(
+    int64_t iterations, std::vector<std::pair<std::string, double>>* per_layer) {
   const nn::MoeConfig& moe = chunks_.front()->config().moe;
   if (!moe.enabled()) return {};
   const int L = chunks_.front()->config().num_layers;
@@ -517,8 +536,47 @@ std::vector<std::pair<std::string, double>> Trainer::moe_losses(int64_t iteratio
     double sum = 0;
     for (int l = 0; l < L; ++l) sum += shares[size_t(l) * nn::kRouterMetrics + size_t(k)];
     out.emplace_back(nn::router_metric_name(k), sum / per);
+    if (per_layer == nullptr) continue;
+    const double per_one_layer = per / std::max(moe_layers, 1);
+    for (int l = 0; l < L; ++l)
+      per_layer->emplace_back(str_cat("moe/", nn::router_metric_name(k), "_layer_", l),
+                              shares[size_t(l) * nn::kRouterMetrics + size_t(k)] / per_one_layer);
   }
   return out;
+}
+
+double Trainer::params_norm() {
+  acquire_params_for_checkpoint();  // every parameter whole on this rank (FSDP gathers them)
+  std::vector<Tensor> dense, expert;
+  for (nn::Parameter* p : parameters())
+    if (!p->placement.duplicate()) (p->placement.expert ? expert : dense).push_back(p->value);
+  // The values are the same on every data-parallel rank: the norm sums over the model-parallel ranks only.
+  optim::GradStatsGroups groups;
+  groups.norm_groups.push_back(parallel_->model_parallel().comm.get());
+  if (model_has_experts_) groups.expert_norm_groups.push_back(parallel_->expert_model_parallel().comm.get());
+  const double norm = optim::global_grad_norm(ctx_, dense, expert, groups);
+  release_params_after_checkpoint(/*loaded=*/false);
+  return norm;
+}
+
+int64_t Trainer::num_zeros_in_grads() {
+  const optim::GradStatsGroups groups = grad_stats_groups();
+  auto count = [&](const std::vector<Tensor>& grads, const std::vector<comm::Communicator*>& over) {
+    double zeros[1] = {0.0};
+    if (!grads.empty()) {
+      Tensor n = ctx_.empty({1}, DType::I64);
+      ops::multi_tensor_count_zeros(ctx_, n, grads);
+      int64_t host = 0;
+      copy_tensor(ctx_, Tensor::from_blob(&host, {1}, DType::I64, Device::cpu()), n);
+      zeros[0] = double(host);
+    }
+    for (comm::Communicator* group : over)
+      if (group != nullptr) group->all_reduce_host(zeros, comm::ReduceOp::Sum);
+    return zeros[0];
+  };
+  double total = count(norm_grads(false), groups.norm_groups);
+  if (model_has_experts_) total += count(norm_grads(true), groups.expert_norm_groups);
+  return int64_t(total);
 }
 
 }  // namespace megatron::trainer

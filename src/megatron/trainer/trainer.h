@@ -91,6 +91,16 @@ class Trainer {
   // Records each step's spans (schedule, forward/backward/point-to-point, gradient reduction, optimizer) on
   // `timeline` while it is recording; null: none. `timeline` must outlive the trainer or be reset to null.
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+  // Megatron's timers (runtime/timers.h; null: none): forward-backward, the gradient reductions and the
+  // optimizer's parts (level 1), batch-generator and the schedule's compute and point-to-point timers (level 2).
+  // `timers` must outlive the trainer or be reset to null.
+  void set_timers(Timers* timers) { timers_ = timers; }
+  // --log-params-norm: the L2 norm of every parameter of the model (each replica once: TP-replicated ones on one
+  // TP rank, every pipeline stage's and expert's), as Megatron's calc_params_l2_norm. Collective over the world.
+  double params_norm();
+  // --log-num-zeros-in-grad: the number of zero gradient elements of the last step (each replica once, as the
+  // gradient norm counts them). Collective over the world; call between train_step and the next one.
+  int64_t num_zeros_in_grads();
   // Mean loss over eval_iters global batches of `data` (no gradients, no dropout), averaged over DP.
   double evaluate(SampleStream& data);
 
@@ -120,8 +130,11 @@ class Trainer {
   // averaged over micro-batches, data-parallel ranks and the given iterations, then over the MoE layers
   // (names load_balancing_loss, global_load_balancing_loss, z_loss, seq_load_balancing_loss; only the
   // configured ones). Resets the
-  // records. Collective over the world (every rank calls it); empty for a dense model.
-  std::vector<std::pair<std::string, double>> moe_losses(int64_t iterations);
+  // records. Collective over the world (every rank calls it); empty for a dense model. `per_layer` (may be null)
+  // receives Megatron's per-layer values, "moe/<name>_layer_<i>" for every layer i of the model (0 for dense
+  // layers), averaged over micro-batches, data-parallel ranks and iterations.
+  std::vector<std::pair<std::string, double>> moe_losses(
+      int64_t iterations, std::vector<std::pair<std::string, double>>* per_layer = nullptr);
   // Bytes of optimizer state (fp32 masters of bf16/fp16 parameters, Adam moments) held by this rank, as
   // computed from the tensors, and as measured: the allocator's growth while the optimizer was built.
   size_t optimizer_state_bytes() const;
@@ -188,6 +201,7 @@ class Trainer {
   std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<pipeline::PipelineComm> p2p_;  // with PP > 1
   Timeline* timeline_ = nullptr;
+  Timers* timers_ = nullptr;
   int num_micro_batches_ = 1;
   size_t optimizer_allocated_bytes_ = 0;
   CpuAllocator host_;

@@ -46,6 +46,15 @@ void check_scale(OpCheck& check, const AttentionOptions& options) {
   check.that(std::isfinite(options.scale), "options.scale must be finite, got ", options.scale);
 }
 
+void check_dropout(OpCheck& check, Context& ctx, const AttentionOptions& options, const AttentionDims& d) {
+  if (!options.dropout.enabled()) return;
+  check.that(!ctx.is_cuda(), "attention dropout (p = ", options.dropout.p, ") runs on the CPU only: cuDNN's fused ",
+             "attention draws its own Philox mask in its own layout, which is not the CPU's mask by element index, so ",
+             "CPU and GPU runs (and tensor- or context-parallel layouts) would not agree; use --attention-dropout 0 on GPUs");
+  const std::string violation = attention_dropout_violation(options.dropout, d.H, d.Sq, d.Skv);
+  check.that(violation.empty(), "options.dropout: ", violation);
+}
+
 }  // namespace
 
 float attention_scale(const AttentionOptions& options, int64_t head_dim) {
@@ -61,11 +70,12 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& stats, con
   check.shape("out", out, q.shape()).same_dtype({{"q", q}, {"out", out}});
   check.shape("stats", stats, Shape{d.B, d.H, d.Sq, 1}).dtype("stats", stats, F32);
   check_scale(check, options);
+  check_dropout(check, ctx, options, d);
   if (q.numel() == 0) return;
   float scale = attention_scale(options, d.D);
   MEGATRON_DISPATCH(ctx,
                     cuda::attention_forward(ctx, out, stats, q, k, v, options.causal, scale),
-                    cpu::attention_forward(out, stats, q, k, v, options.causal, scale));
+                    cpu::attention_forward(out, stats, q, k, v, options.causal, scale, options.dropout));
 }
 
 void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
@@ -80,6 +90,7 @@ void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   check.same_dtype({{"q", q}, {"out", out}, {"dout", dout}, {"dq", dq}, {"dk", dk}, {"dv", dv}});
   check.shape("stats", stats, Shape{d.B, d.H, d.Sq, 1}).dtype("stats", stats, F32);
   check_scale(check, options);
+  check_dropout(check, ctx, options, d);
   if (q.numel() == 0) {  // no query attends the keys (Sq == 0 or H == 0): their gradients are zero
     if (dk.numel() > 0) fill(ctx, dk, 0.0);
     if (dv.numel() > 0) fill(ctx, dv, 0.0);
@@ -88,7 +99,8 @@ void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   float scale = attention_scale(options, d.D);
   MEGATRON_DISPATCH(ctx,
                     cuda::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale, options.deterministic),
-                    cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale));
+                    cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale,
+                                            options.dropout));
 }
 
 namespace {
@@ -122,6 +134,7 @@ void attention_forward_packed(Context& ctx, const Tensor& out, const Tensor& sta
   AttentionDims d = check_packed(check, qkv, out);
   check.shape("stats", stats, Shape{d.B, d.H, d.Sq, 1}).dtype("stats", stats, F32);
   check_scale(check, options);
+  check_dropout(check, ctx, options, d);
   if (out.numel() == 0) return;
   if (ctx.is_cuda() && d.Sq > 1) {
 #if MEGATRON_WITH_CUDA
@@ -142,6 +155,7 @@ void attention_backward_packed(Context& ctx, const Tensor& dqkv, const Tensor& d
   check.same_dtype({{"qkv", qkv}, {"dqkv", dqkv}, {"dout", dout}});
   check.shape("stats", stats, Shape{d.B, d.H, d.Sq, 1}).dtype("stats", stats, F32);
   check_scale(check, options);
+  check_dropout(check, ctx, options, d);
   if (out.numel() == 0) return;
   if (ctx.is_cuda() && d.Sq > 1) {
 #if MEGATRON_WITH_CUDA

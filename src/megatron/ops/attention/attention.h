@@ -13,12 +13,16 @@
 // Causal mask, bottom-right aligned: query i sees keys j <= i + (Skv - Sq), i.e. the queries are the last
 // Sq positions of the keys' sequence (flash attention's and cuDNN's convention); with Sq == Skv that is the
 // usual query i sees keys j <= i. Causal needs Skv >= Sq. Full (causal = false): every query sees every
-// key, any Sq and Skv >= 1. No dropout (Megatron trains these models with attention dropout 0).
+// key, any Sq and Skv >= 1. Dropout (options.dropout, attention_dropout.h): the normalised probabilities
+// masked and scaled by 1 / (1 - p) before the P.V product, the mask addressed by each probability's place in
+// the whole model's tensor; the stats stay the undropped scores' log-sum-exp. CPU only.
 // Empty problems (Sq == 0, B == 0, H == 0) compute nothing; their backward assigns dk = dv = 0.
 //
 // Forward assigns out and stats. Backward assigns (does not accumulate) dq, dk, dv, recomputing the
 // probabilities from stats: P = exp(scale * Q K^T - stats), dP = dO V^T, dS = P * (dP - rowsum(dO * O)),
-// dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO; for grouped heads dK/dV sum over the group's heads.
+// dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO; for grouped heads dK/dV sum over the group's heads. With
+// dropout the backward regenerates the forward's mask M (same options.dropout): dP = (dO V^T) o M / (1 - p),
+// dV = (P o M / (1 - p))^T dO.
 //
 // Devices and precision:
 //   CPU : F64, F32, BF16, F16 storage; blocked BLAS products (dgemm) with a fused softmax, double
@@ -34,8 +38,11 @@
 //         Sq < Skv uses cuDNN's bottom-right diagonal alignment (cuDNN >= 9.6 for lengths that are not
 //         multiples of 64); Sq == Skv keeps the top-left graph.
 //         deterministic=true selects cuDNN's deterministic backward (bit-identical reruns; slower).
+//         Dropout is refused: cuDNN draws its own Philox mask in its own layout, which would not be the CPU's
+//         mask by index (attention_dropout.h), so CPU and GPU runs, and TP or CP layouts, would not agree.
 #pragma once
 
+#include "megatron/ops/attention/attention_dropout.h"
 #include "megatron/runtime/context.h"
 
 namespace megatron::ops {
@@ -44,6 +51,7 @@ struct AttentionOptions {
   bool causal = true;
   float scale = 0.0f;          // 0: 1/sqrt(D)
   bool deterministic = false;  // backward only
+  AttentionDropout dropout;    // p = 0: none; the backward must get the forward's
 };
 
 void attention_forward(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k,

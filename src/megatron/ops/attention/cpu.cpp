@@ -13,6 +13,10 @@
 // gradient) that fp32 rounding turns into noise of ~1e-7 of |P dP|; Adam normalises that noise into real
 // updates, and the data-parallel equivalence tests (1e-5 relative to DP=1) see them. Attention is a few
 // percent of a step's FLOPs at the sequence lengths the CPU trains, so double costs little.
+//
+// Dropout (attention_dropout.h): each row's factors (0 or 1 / (1 - p)) are drawn for its visible keys only and
+// multiply the probabilities after the softmax's sums are taken (forward) or after they are recomputed from
+// the stats (backward), in double like everything else.
 #include "megatron/ops/attention/cpu.h"
 
 #include <cblas.h>
@@ -76,6 +80,17 @@ Dims dims_of(const Tensor& q, const Tensor& k) {
   return {q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
 }
 
+// The dropout factors of query rows [i0, i0 + rows) of head h of batch entry b over their first `visible(r)` keys,
+// row-major with `keys` columns (nothing when dropout is off).
+template <class Visible>
+void dropout_factors(const Dims& d, const AttentionDropout& dropout, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                     int64_t keys, Visible visible, std::vector<double>& factors) {
+  if (!dropout.enabled()) return;
+  factors.resize(static_cast<size_t>(rows * keys));
+  for (int64_t r = 0; r < rows; ++r)
+    attention_dropout_factors(dropout, d.H, d.Skv, b, h, i0 + r, visible(r), factors.data() + r * keys);
+}
+
 // The last key query i sees, and the keys a block of queries ending before i1 needs. Causal is bottom-right
 // aligned (attention.h): query i sits at position i + Skv - Sq of the keys' sequence (Skv >= Sq, checked by
 // the caller, so every query sees at least key 0).
@@ -112,14 +127,17 @@ MEGATRON_CPU_CLONES void softmax_rows(const Dims& d, bool causal, double* p, int
 
 // Forward of query rows [i0, i1) of head h of batch entry b: out rows and their log-sum-exp.
 template <class T>
-void forward_block(const Dims& d, bool causal, double scale, const double* Q, const double* K, const double* V,
-                   T* out, float* lse, int64_t b, int64_t h, int64_t i0, int64_t i1) {
+void forward_block(const Dims& d, bool causal, double scale, const AttentionDropout& dropout, const double* Q,
+                   const double* K, const double* V, T* out, float* lse, int64_t b, int64_t h, int64_t i0, int64_t i1) {
   const int64_t g = h / d.group(), rows = i1 - i0, keys = keys_for(d, causal, i1);
   std::vector<double> p(static_cast<size_t>(rows * keys)), o(static_cast<size_t>(rows * d.D)),
-      m(static_cast<size_t>(rows)), sum(static_cast<size_t>(rows));
+      m(static_cast<size_t>(rows)), sum(static_cast<size_t>(rows)), factors;
   blas(false, true, rows, keys, d.D, scale, Q + d.q_row(b, i0, h), d.H * d.D, K + d.kv_row(b, 0, g), d.G * d.D, 0.0,
        p.data(), keys);
   softmax_rows(d, causal, p.data(), rows, keys, i0, nullptr, m.data(), sum.data());
+  const auto visible = [&](int64_t r) { return last_key(d, causal, i0 + r) + 1; };
+  dropout_factors(d, dropout, b, h, i0, rows, keys, visible, factors);
+  for (size_t e = 0; e < factors.size(); ++e) p[e] *= factors[e];  // masked keys: p is 0 already
   blas(false, false, rows, d.D, keys, 1.0, p.data(), keys, V + d.kv_row(b, 0, g), d.G * d.D, 0.0, o.data(), d.D);
   for (int64_t r = 0; r < rows; ++r) {
     T* dst = out + d.q_row(b, i0 + r, h);
@@ -136,8 +154,9 @@ struct BackwardInputs {
 // One query block of one head inside backward_group: writes its dq rows and adds its share to the
 // group's dK and dV accumulators ([Skv, D] each, key rows of this batch entry and group).
 template <class T>
-void backward_block(const Dims& d, bool causal, double scale, const BackwardInputs& in, const float* lse, T* dq,
-                    double* dk_acc, double* dv_acc, int64_t b, int64_t h, int64_t i0, int64_t i1) {
+void backward_block(const Dims& d, bool causal, double scale, const AttentionDropout& dropout, const BackwardInputs& in,
+                    const float* lse, T* dq, double* dk_acc, double* dv_acc, int64_t b, int64_t h, int64_t i0,
+                    int64_t i1) {
   const int64_t g = h / d.group(), rows = i1 - i0, keys = keys_for(d, causal, i1);
   const int64_t q_ld = d.H * d.D, kv_ld = d.G * d.D;
   const double* q = in.Q.data + d.q_row(b, i0, h);
@@ -145,18 +164,29 @@ void backward_block(const Dims& d, bool causal, double scale, const BackwardInpu
   const double* k = in.K.data + d.kv_row(b, 0, g);
   const double* v = in.V.data + d.kv_row(b, 0, g);
   std::vector<double> p(static_cast<size_t>(rows * keys)), ds(static_cast<size_t>(rows * keys)),
-      dq_block(static_cast<size_t>(rows * d.D));
+      dq_block(static_cast<size_t>(rows * d.D)), factors;
   blas(false, true, rows, keys, d.D, scale, q, q_ld, k, kv_ld, 0.0, p.data(), keys);
   softmax_rows(d, causal, p.data(), rows, keys, i0, lse + d.stats_row(b, h, 0), nullptr, nullptr);
   blas(false, true, rows, keys, d.D, 1.0, dout, q_ld, v, kv_ld, 0.0, ds.data(), keys);  // dP = dO V^T
+  const auto visible = [&](int64_t r) { return last_key(d, causal, i0 + r) + 1; };
+  dropout_factors(d, dropout, b, h, i0, rows, keys, visible, factors);
   for (int64_t r = 0; r < rows; ++r) {
     const double* o_row = in.O.data + d.q_row(b, i0 + r, h);
-    double delta = 0;  // rowsum(dO * O)
+    double delta = 0;  // rowsum(dO * O), O the (dropped) output
     for (int64_t c = 0; c < d.D; ++c) delta += dout[r * q_ld + c] * o_row[c];
     double* ds_row = ds.data() + r * keys;
-    const double* p_row = p.data() + r * keys;
+    double* p_row = p.data() + r * keys;
+    if (factors.empty()) {
 #pragma omp simd
-    for (int64_t j = 0; j < keys; ++j) ds_row[j] = p_row[j] * (ds_row[j] - delta);  // masked: p = 0
+      for (int64_t j = 0; j < keys; ++j) ds_row[j] = p_row[j] * (ds_row[j] - delta);  // masked: p = 0
+    } else {  // dP o M / (1 - p); then P o M / (1 - p) for dV
+      const double* f_row = factors.data() + r * keys;
+#pragma omp simd
+      for (int64_t j = 0; j < keys; ++j) {
+        ds_row[j] = p_row[j] * (ds_row[j] * f_row[j] - delta);
+        p_row[j] *= f_row[j];
+      }
+    }
   }
   blas(false, false, rows, d.D, keys, scale, ds.data(), keys, k, kv_ld, 0.0, dq_block.data(), d.D);
   for (int64_t r = 0; r < rows; ++r) {
@@ -169,12 +199,12 @@ void backward_block(const Dims& d, bool causal, double scale, const BackwardInpu
 
 // dq of the group's heads, dk and dv of group g of batch entry b: heads and query blocks in a fixed order.
 template <class T>
-void backward_group(const Dims& d, bool causal, double scale, const BackwardInputs& in, const float* lse, T* dq,
-                    T* dk, T* dv, int64_t b, int64_t g) {
+void backward_group(const Dims& d, bool causal, double scale, const AttentionDropout& dropout, const BackwardInputs& in,
+                    const float* lse, T* dq, T* dk, T* dv, int64_t b, int64_t g) {
   std::vector<double> dk_acc(static_cast<size_t>(d.Skv * d.D), 0.0), dv_acc(static_cast<size_t>(d.Skv * d.D), 0.0);
   for (int64_t h = g * d.group(); h < (g + 1) * d.group(); ++h)
     for (int64_t i0 = 0; i0 < d.Sq; i0 += kQueryBlock)
-      backward_block<T>(d, causal, scale, in, lse, dq, dk_acc.data(), dv_acc.data(), b, h, i0,
+      backward_block<T>(d, causal, scale, dropout, in, lse, dq, dk_acc.data(), dv_acc.data(), b, h, i0,
                         std::min(d.Sq, i0 + kQueryBlock));
   for (int64_t s = 0; s < d.Skv; ++s)
     for (int64_t c = 0; c < d.D; ++c) {
@@ -186,7 +216,7 @@ void backward_group(const Dims& d, bool causal, double scale, const BackwardInpu
 }  // namespace
 
 void attention_forward(const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k, const Tensor& v,
-                       bool causal, double scale) {
+                       bool causal, double scale, const AttentionDropout& dropout) {
   visit_float_dtype(q.dtype(), "attention_forward", [&]<class T>() {
     const Dims d = dims_of(q, k);
     const Values Q = values_of<T>(q), K = values_of<T>(k), V = values_of<T>(v);
@@ -195,7 +225,7 @@ void attention_forward(const Tensor& out, const Tensor& stats, const Tensor& q, 
     const int64_t blocks = d.blocks();
     parallel_for(d.B * d.H * blocks, 1, [&](int64_t task, int64_t) {
       const int64_t bh = task / blocks, i0 = (task % blocks) * kQueryBlock;
-      forward_block<T>(d, causal, scale, Q.data, K.data, V.data, o, lse, bh / d.H, bh % d.H, i0,
+      forward_block<T>(d, causal, scale, dropout, Q.data, K.data, V.data, o, lse, bh / d.H, bh % d.H, i0,
                        std::min(d.Sq, i0 + kQueryBlock));
     });
   });
@@ -203,14 +233,14 @@ void attention_forward(const Tensor& out, const Tensor& stats, const Tensor& q, 
 
 void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                         const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& stats, bool causal,
-                        double scale) {
+                        double scale, const AttentionDropout& dropout) {
   visit_float_dtype(q.dtype(), "attention_backward", [&]<class T>() {
     const Dims d = dims_of(q, k);
     const BackwardInputs in{values_of<T>(q), values_of<T>(k), values_of<T>(v), values_of<T>(out), values_of<T>(dout)};
     T *pdq = dq.data<T>(), *pdk = dk.data<T>(), *pdv = dv.data<T>();
     const float* lse = stats.data<float>();
     parallel_for(d.B * d.G, 1, [&](int64_t task, int64_t) {
-      backward_group<T>(d, causal, scale, in, lse, pdq, pdk, pdv, task / d.G, task % d.G);
+      backward_group<T>(d, causal, scale, dropout, in, lse, pdq, pdk, pdv, task / d.G, task % d.G);
     });
   });
 }

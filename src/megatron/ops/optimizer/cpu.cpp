@@ -79,6 +79,21 @@ void multi_tensor_l2_norm(const Tensor& out, const Tensor& per_tensor_out, const
                     [&]<class T>() { static_cast<T*>(out.data_ptr())[0] = from_double<T>(std::sqrt(total)); });
 }
 
+void multi_tensor_count_zeros(const Tensor& out, const std::vector<Tensor>& tensors) {
+  int64_t zeros = 0;
+  for (const Tensor& t : tensors)
+    visit_float_dtype(t.dtype(), "multi_tensor_count_zeros", [&]<class T>() {
+      const T* x = static_cast<const T*>(t.data_ptr());
+      for (int64_t part : parallel_partials<int64_t>(t.numel(), kStreamBlock, [&](int64_t begin, int64_t end) {
+             int64_t n = 0;
+             for (int64_t i = begin; i < end; ++i) n += to_double(x[i]) == 0.0;
+             return n;
+           }))
+        zeros += part;
+    });
+  out.data<int64_t>()[0] = zeros;
+}
+
 void multi_tensor_scale(const std::vector<Tensor>& outs, const Tensor& found_inf, const std::vector<Tensor>& ins,
                         float scale) {
   bool bad = false;

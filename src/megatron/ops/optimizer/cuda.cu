@@ -316,6 +316,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Each thread counts its zeros over a grid-stride loop; warps add theirs, and one atomic per warp adds to the
+// total (integer additions: the result does not depend on their order).
+template <class T>
+__global__ void count_zeros_kernel(const T* x, int64_t n, unsigned long long* count) {
+  unsigned long long zeros = 0;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads)
+    zeros += to_f32(x[i]) == 0.0f;
+  for (int offset = 16; offset > 0; offset >>= 1) zeros += __shfl_down_sync(0xffffffffu, zeros, offset);
+  if ((threadIdx.x & 31) == 0 && zeros != 0) atomicAdd(count, zeros);
+}
+
 }  // namespace
 
 void adamw_step(Context& ctx, const std::vector<AdamParamGroupTensors>& tensors, const AdamWConfig& config) {
@@ -403,6 +414,20 @@ void multi_tensor_l2_norm(Context& ctx, const Tensor& out, const Tensor& per_ten
                                               per_tensor_out.defined() ? per_tensor_out.data<float>() : nullptr,
                                               tensor_sq_ptr, num);
   CUDA_CHECK_MSG(cudaGetLastError(), " after launching l2_final_kernel (", num, " tensors)");
+}
+
+void multi_tensor_count_zeros(Context& ctx, const Tensor& out, const std::vector<Tensor>& tensors) {
+  cudaStream_t stream = ctx.stream();
+  auto* count = reinterpret_cast<unsigned long long*>(out.data<int64_t>());
+  CUDA_CHECK_MSG(cudaMemsetAsync(count, 0, sizeof(unsigned long long), stream), " (multi_tensor_count_zeros)");
+  for (const Tensor& x : tensors) {  // one launch per tensor: the count is read once per log interval
+    if (x.numel() == 0) continue;
+    const unsigned blocks = unsigned(std::min<int64_t>(blocks_for(x.numel(), kChunk), 4096));
+    visit_narrow(x.dtype(), "multi_tensor_count_zeros", [&]<class T>() {
+      count_zeros_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(x.data_ptr()), x.numel(), count);
+    });
+    CUDA_CHECK_MSG(cudaGetLastError(), " after launching count_zeros_kernel (", x.describe(), ")");
+  }
 }
 
 void multi_tensor_scale(Context& ctx, const std::vector<Tensor>& outs, const Tensor& found_inf,

@@ -73,6 +73,17 @@ void multi_tensor_l2_norm(Context& ctx, const Tensor& out, const Tensor& per_ten
                     cpu::multi_tensor_l2_norm(out, per_tensor_out, tensors));
 }
 
+void multi_tensor_count_zeros(Context& ctx, const Tensor& out, const std::vector<Tensor>& tensors) {
+  OpCheck check("multi_tensor_count_zeros");
+  check.device(ctx, {{"out", out}}).shape("out", out, Shape{1}).dtype("out", out, DType::I64);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string name = str_cat("tensors[", i, "]");
+    check.device(ctx, {{name.c_str(), tensors[i]}});
+    check_float(check, ctx, name, tensors[i]);
+  }
+  MEGATRON_DISPATCH(ctx, cuda::multi_tensor_count_zeros(ctx, out, tensors), cpu::multi_tensor_count_zeros(out, tensors));
+}
+
 void multi_tensor_scale(Context& ctx, const std::vector<Tensor>& outs, const Tensor& found_inf,
                         const std::vector<Tensor>& ins, float scale) {
   OpCheck check("multi_tensor_scale");

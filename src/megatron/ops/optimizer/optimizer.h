@@ -20,6 +20,10 @@
 // outputs F32 (F64 allowed on the CPU). Squares are summed in fp32 within a thread's few elements and in
 // double beyond (CPU: double throughout), in a fixed order: no atomics, bitwise reproducible run to run.
 //
+// multi_tensor_count_zeros: out[0] = the number of elements equal to zero (+0 or -0) over all tensors
+// (Megatron's --log-num-zeros-in-grad), assigned; out I64 [1]. Inputs F32, BF16 or F16 (F64 on the CPU). Exact
+// and order-free (an integer count).
+//
 // multi_tensor_scale: outs[i] = ins[i] * scale (assigned; outs[i] may be ins[i] itself). ins and outs: F32,
 // BF16 or F16 (F64 on the CPU), any pairing. The product is computed in fp32 (double for F64). found_inf,
 // when defined (F32 [1] or I32 [1]), is set to 1 if any stored result is inf or NaN; it is never cleared
@@ -57,6 +61,8 @@ void adamw_step(Context& ctx, const std::vector<AdamParamGroupTensors>& tensors,
 // per_tensor_out may be an undefined Tensor.
 void multi_tensor_l2_norm(Context& ctx, const Tensor& out, const Tensor& per_tensor_out,
                           const std::vector<Tensor>& tensors);
+
+void multi_tensor_count_zeros(Context& ctx, const Tensor& out, const std::vector<Tensor>& tensors);
 
 // found_inf may be an undefined Tensor.
 void multi_tensor_scale(Context& ctx, const std::vector<Tensor>& outs, const Tensor& found_inf,

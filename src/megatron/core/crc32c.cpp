@@ -1,9 +1,9 @@
-#include "megatron/checkpoint/crc32c.h"
+#include "megatron/core/crc32c.h"
 
 #include <array>
 #include <cstring>
 
-namespace megatron::checkpoint {
+namespace megatron {
 namespace {
 
 constexpr uint32_t kPolynomial = 0x82F63B78u;
@@ -69,4 +69,4 @@ uint32_t crc32c_update(uint32_t crc, const void* data, size_t n) {
   return ~update_table(c, p, n);
 }
 
-}  // namespace megatron::checkpoint
+}  // namespace megatron
