@@ -30,6 +30,8 @@ std::vector<SequenceRows> check_varlen(OpCheck& check, const Tensor& q, const Te
   check.that(k.dim(2) == q.dim(2) && k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0, "k ", k.describe(),
              " must be [Tkv, G, D] with the head dimension of q ", q.describe(), " = [Tq, H, D] and H % G == 0");
   check.dtype_in("q", q, {F64, F32, BF16, F16}).same_dtype({{"q", q}, {"k", k}, {"v", v}});
+  check.that(!options.dropout.enabled(), "attention dropout over packed sequences is not supported (its masks are "
+             "addressed in the whole [b, heads, s, s] score tensor)");
   for (const Tensor* cu : {&cu_q, &cu_kv})
     check.that(cu->defined() && cu->device().is_cpu() && cu->dtype() == I64 && cu->rank() == 1 && cu->numel() >= 1,
                "cu_seqlens must be host i64[N + 1] tensors, got ", cu->describe());
@@ -94,7 +96,7 @@ void attention_forward_varlen(Context& ctx, const Tensor& out, const Tensor& sta
     buffer.assign(size_t(q.dim(1) * (r.q1 - r.q0)), 0.0f);
     const Tensor own = Tensor::from_blob(buffer.data(), {1, q.dim(1), r.q1 - r.q0, 1}, F32, Device::cpu());
     cpu::attention_forward(rows_of(out, r.q0, r.q1), own, rows_of(q, r.q0, r.q1), rows_of(k, r.k0, r.k1),
-                           rows_of(v, r.k0, r.k1), options.causal, scale);
+                           rows_of(v, r.k0, r.k1), options.causal, scale, AttentionDropout{});
     stats_columns(stats, buffer, r.q0, r.q1, /*to_stats=*/true);
   }
 }
@@ -126,7 +128,8 @@ void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk,
     const Tensor own = Tensor::from_blob(buffer.data(), {1, q.dim(1), r.q1 - r.q0, 1}, F32, Device::cpu());
     cpu::attention_backward(rows_of(dq, r.q0, r.q1), rows_of(dk, r.k0, r.k1), rows_of(dv, r.k0, r.k1),
                             rows_of(dout, r.q0, r.q1), rows_of(q, r.q0, r.q1), rows_of(k, r.k0, r.k1),
-                            rows_of(v, r.k0, r.k1), rows_of(out, r.q0, r.q1), own, options.causal, scale);
+                            rows_of(v, r.k0, r.k1), rows_of(out, r.q0, r.q1), own, options.causal, scale,
+                            AttentionDropout{});
   }
 }
 
