@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "harness.h"
 #include "megatron/core/error.h"
 #include "megatron/data/blended_dataset.h"
+#include "megatron/data/dataset_split.h"
 #include "megatron/data/gpt_dataset.h"
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/data/md5.h"
@@ -309,6 +311,22 @@ TEST(GptIndices, EmptySplitIsAnErrorNamingTheSplit) {
   EXPECT_NE(error.find("[20, 20) of 20"), std::string::npos) << error;
   EXPECT_NE(error.find("10 samples"), std::string::npos) << error;
   fs::remove_all(dir);
+}
+
+TEST(DatasetSplit, ReadsMegatronsFormsAndNamesAnItemThatIsNotANumber) {
+  EXPECT_EQ(parse_and_normalize_split("969,30,1"), (std::array<double, 3>{0.969, 0.03, 0.001}));
+  EXPECT_EQ(parse_and_normalize_split("0.7, 0.2, 0.1"), parse_and_normalize_split("0.7/0.2/0.1"));
+  EXPECT_EQ(parse_and_normalize_split(" 1 "), (std::array<double, 3>{1.0, 0.0, 0.0}));
+  // Megatron's regex found no numbers in these and trained on weights 0, 0, 0.
+  const std::string letters = error_of([] { parse_and_normalize_split("a,b,c"); });
+  EXPECT_NE(letters.find("--split \"a,b,c\": item 1 (\"a\") is not a number"), std::string::npos) << letters;
+  const std::string exponent = error_of([] { parse_and_normalize_split("98,1e-3,2"); });
+  EXPECT_NE(exponent.find("item 2 (\"1e-3\") is not a number"), std::string::npos) << exponent;
+  const std::string empty = error_of([] { parse_and_normalize_split("98,,2"); });
+  EXPECT_NE(empty.find("item 2 (\"\") is not a number"), std::string::npos) << empty;
+  EXPECT_NE(error_of([] { parse_and_normalize_split("1.2.3"); }).find("is not a number"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_and_normalize_split("1,2,3,4"); }).find("at most 3 weights"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_and_normalize_split("0,0,0"); }).find("must not all be zero"), std::string::npos);
 }
 
 TEST(GptIndices, MockDatasetLengthsEqualNumpyDefaultRng) {
