@@ -432,6 +432,10 @@ std::vector<FlagSpec> checkpoint_flags() {
            "the training thread only queues copies into reusable pinned host buffers (the next optimizer step waits "
            "for them on the device); a background thread writes while training goes on"),
       flag("--keep-last", &A::checkpoint, &C::keep_last, "keep only the newest N checkpoints (0: keep all)"),
+      flag("--load-fallback-to-intact", &A::checkpoint, &C::load_fallback_to_intact,
+           "ours: check every shard of --load's checkpoint before loading it (one extra read, shared by the ranks); "
+           "when one is missing, cut short or corrupt, resume from the newest intact older checkpoint instead of "
+           "stopping"),
   };
 }
 
@@ -445,6 +449,8 @@ const std::vector<FlagSpec>& flag_table() {
   return table;
 }
 
+}  // namespace
+
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
@@ -457,16 +463,19 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-}  // namespace
-
 std::string nearest_flag(const std::string& unknown) {
+  const size_t limit = std::max<size_t>(3, unknown.size() / 3);  // farther is not a typo of that flag
   std::string best;
   size_t best_distance = SIZE_MAX;
   for (const FlagSpec& f : flag_table()) {
+    // The distance is at least the difference in length: skip what cannot be within the limit (an argument
+    // of thousands of bytes would otherwise cost ~a million steps per flag).
+    const size_t longer = std::max(unknown.size(), f.name.size()), shorter = std::min(unknown.size(), f.name.size());
+    if (longer - shorter > limit) continue;
     size_t d = edit_distance(unknown, f.name);
     if (d < best_distance) best_distance = d, best = f.name;
   }
-  return best_distance <= std::max<size_t>(3, unknown.size() / 3) ? best : "";
+  return best_distance <= limit ? best : "";
 }
 
 Arguments parse_arguments(const std::vector<std::string>& argv) {
