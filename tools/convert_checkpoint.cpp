@@ -12,12 +12,13 @@
 // Tokenizer files are not converted: point --tokenizer-* flags at the HF directory's files.
 #include <chrono>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "megatron/checkpoint/hf_checkpoint.h"
 #include "megatron/core/error.h"
+#include "megatron/train/tool_flags.h"
 
 using namespace megatron;
 
@@ -30,35 +31,24 @@ const char* kUsage =
     "                          [--dtype bf16|fp32]\n";
 
 int run(int argc, char** argv) {
-  std::map<std::string, std::string> flags;
-  const std::map<std::string, bool> known = {{"--direction", true},     {"--load-dir", true},
-                                             {"--save-dir", true},      {"--target-tensor-parallel-size", true},
-                                             {"--target-pipeline-parallel-size", true},
-                                             {"--hf-model-type", true}, {"--dtype", true}};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::cout << kUsage;
-      return 0;
-    }
-    MEGATRON_CHECK(known.count(a), "unknown flag '", a, "'\n", kUsage);
-    MEGATRON_CHECK(i + 1 < argc, a, " needs a value");
-    flags[a] = argv[++i];
+  const train::ToolFlags flags(std::vector<std::string>(argv + 1, argv + argc),
+                               {{"--direction"}, {"--load-dir"}, {"--save-dir"}, {"--target-tensor-parallel-size"},
+                                {"--target-pipeline-parallel-size"}, {"--hf-model-type"}, {"--dtype"}},
+                               kUsage);
+  if (flags.help()) {
+    std::cout << kUsage;
+    return 0;
   }
-  for (const char* required : {"--direction", "--load-dir", "--save-dir"})
-    MEGATRON_CHECK(flags.count(required), required, " is required\n", kUsage);
+  for (const char* required : {"--direction", "--load-dir", "--save-dir"}) flags.require(required);
   std::optional<DType> dtype;
-  if (flags.count("--dtype")) {
-    const std::string d = flags["--dtype"];
-    MEGATRON_CHECK(d == "bf16" || d == "fp32", "--dtype '", d, "' must be bf16 or fp32");
-    dtype = d == "bf16" ? DType::BF16 : DType::F32;
-  }
+  if (flags.has("--dtype")) dtype = flags.choice("--dtype", "", {"bf16", "fp32"}) == "bf16" ? DType::BF16 : DType::F32;
+  const std::string load_dir = flags.text("--load-dir"), save_dir = flags.text("--save-dir");
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string direction = flags["--direction"];
+  const std::string direction = flags.choice("--direction", "", {"hf-to-megatron", "megatron-to-hf"});
   if (direction == "hf-to-megatron") {
-    const int tp = flags.count("--target-tensor-parallel-size") ? std::stoi(flags["--target-tensor-parallel-size"]) : 1;
-    const int pp = flags.count("--target-pipeline-parallel-size") ? std::stoi(flags["--target-pipeline-parallel-size"]) : 1;
-    checkpoint::ImportSummary s = checkpoint::import_hf_checkpoint(flags["--load-dir"], flags["--save-dir"], tp, dtype, pp);
+    const int tp = int(flags.integer("--target-tensor-parallel-size", 1, 1, 1 << 20));
+    const int pp = int(flags.integer("--target-pipeline-parallel-size", 1, 1, 1 << 20));
+    checkpoint::ImportSummary s = checkpoint::import_hf_checkpoint(load_dir, save_dir, tp, dtype, pp);
     const train::ModelArguments& m = s.args.model;
     std::cout << "converted " << checkpoint::hf_family_name(s.family) << " (" << m.num_layers << " layers, hidden "
               << m.hidden_size << ", heads " << m.num_attention_heads << ", query groups " << m.num_query_groups;
@@ -66,16 +56,14 @@ int run(int argc, char** argv) {
       std::cout << ", " << s.args.moe.num_experts << " experts of width " << s.args.moe.moe_ffn_hidden_size << ", top "
                 << s.args.moe.moe_router_topk;
     std::cout << ", vocab " << m.vocab_size << " padded to " << s.padded_vocab << ") into " << s.tensors
-              << " tensors at " << flags["--save-dir"] << "/release";
-  } else if (direction == "megatron-to-hf") {
+              << " tensors at " << save_dir << "/release";
+  } else {
     std::optional<checkpoint::HfFamily> family;
-    if (flags.count("--hf-model-type")) family = checkpoint::parse_hf_family(flags["--hf-model-type"]);
-    checkpoint::ExportSummary s = checkpoint::export_hf_checkpoint(flags["--load-dir"], flags["--save-dir"], family, dtype);
+    if (flags.has("--hf-model-type")) family = checkpoint::parse_hf_family(flags.text("--hf-model-type"));
+    checkpoint::ExportSummary s = checkpoint::export_hf_checkpoint(load_dir, save_dir, family, dtype);
     for (const std::string& w : s.warnings) std::cout << "WARNING: " << w << "\n";
     std::cout << "exported " << s.tensors << " tensors as " << checkpoint::hf_family_name(s.family) << " to "
-              << flags["--save-dir"] << " (model.safetensors, config.json)";
-  } else {
-    MEGATRON_FAIL("--direction '", direction, "' must be hf-to-megatron or megatron-to-hf");
+              << save_dir << " (model.safetensors, config.json)";
   }
   std::cout << " in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
   return 0;
