@@ -2,10 +2,16 @@
 # Installs what megatron.cpp needs to build and test, if it is missing: Debian/Ubuntu packages via apt-get
 # and, when a CUDA toolkit is present, the header-only cudnn-frontend via pip. Idempotent and quiet when
 # everything is there already.
+#
+#   scripts/deps.sh           # to build, train and run the quickstart
+#   scripts/deps.sh --tests   # also what only tests use: torchrun (Debian's python3-torch), for scripts/test.sh
 set -euo pipefail
+WITH_TESTS=0
+[ "${1:-}" = "--tests" ] && WITH_TESTS=1
 
 APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev
-              libcli11-dev libpcre2-dev libicu-dev libopenmpi-dev openmpi-bin libsentencepiece-dev python3-pip)
+              libcli11-dev libpcre2-dev libicu-dev libopenmpi-dev openmpi-bin libsentencepiece-dev libyaml-cpp-dev
+              python3-pip)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -17,10 +23,24 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     echo "deps: installing ${missing[*]}"
     $SUDO apt-get update -qq
+    UPDATED=1
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
     echo "deps: missing packages ${missing[*]} and no apt-get here; install them by hand" >&2
   fi
+fi
+
+# torchrun, for the test that launches pretrain_gpt with it (test_trainer_torchrun_launch): Debian's
+# python3-torch (torch 1.13, /usr/bin/torchrun). Apart, and allowed to fail: a distribution without the
+# package still builds and runs every other test; that one then fails and says how to install torchrun.
+if [ "$WITH_TESTS" = 1 ] && ! command -v torchrun >/dev/null 2>&1 && ! dpkg -s python3-torch >/dev/null 2>&1 &&
+   command -v apt-get >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "deps: installing python3-torch (torchrun)"
+  [ "${UPDATED:-0}" = 1 ] || $SUDO apt-get update -qq || true
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-torch >/dev/null ||
+    echo "deps: python3-torch could not be installed: test_trainer_torchrun_launch will fail (pip install torch)" >&2
 fi
 
 PY=${PYTHON:-python3}

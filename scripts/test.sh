@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/deps.sh
+scripts/deps.sh --tests
 
 JOBS=${JOBS:-$(nproc)}
 BUILD_DIR=${BUILD_DIR:-build}

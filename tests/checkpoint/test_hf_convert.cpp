@@ -12,119 +12,22 @@
 #include <functional>
 
 #include "harness.h"
+#include "hf_test_models.h"
 #include "megatron/checkpoint/hf_checkpoint.h"
 #include "megatron/checkpoint/model_loader.h"
 #include "megatron/checkpoint/safetensors.h"
 #include "megatron/checkpoint/shard_reader.h"
 #include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/inference/gpt_inference.h"
+#include "megatron/train/model_config.h"
+#include "megatron/ops/elementwise/elementwise.h"
 
 namespace megatron::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-HostTensor random_tensor(std::vector<int64_t> shape, DType dtype, uint64_t seed) {
-  HostTensor t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.bytes.resize(size_t(t.numel()) * dtype_size(dtype));
-  Tensor view = Tensor::from_blob(t.bytes.data(), Shape(t.shape), dtype, Device::cpu());
-  testing::fill_random(view, seed, -1.0, 1.0);
-  return t;
-}
-
-json llama_config(const std::string& type, bool tied, int kv_heads) {
-  return {{"model_type", type},         {"hidden_size", 32},        {"intermediate_size", 48},
-          {"num_attention_heads", 4},   {"num_key_value_heads", kv_heads}, {"num_hidden_layers", 2},
-          {"rms_norm_eps", 1e-5},       {"rope_theta", 50000.0},    {"vocab_size", 100},
-          {"max_position_embeddings", 64}, {"tie_word_embeddings", tied}, {"hidden_act", "silu"},
-          {"bos_token_id", 1},          {"eos_token_id", 2}};
-}
-
-// Mixtral: 4 experts of width 48 (intermediate_size), top 2.
-json mixtral_config(int kv_heads) {
-  json c = llama_config("mixtral", false, kv_heads);
-  c["num_local_experts"] = 4;
-  c["num_experts_per_tok"] = 2;
-  c["router_aux_loss_coef"] = 0.02;
-  c["router_jitter_noise"] = 0.0;
-  c["output_router_logits"] = false;
-  c["sliding_window"] = nullptr;
-  return c;
-}
-
-json gpt2_config() {
-  return {{"model_type", "gpt2"}, {"n_embd", 32},      {"n_layer", 2},           {"n_head", 4},
-          {"n_positions", 40},    {"vocab_size", 90},  {"layer_norm_epsilon", 1e-5}, {"activation_function", "gelu_new"},
-          {"n_inner", nullptr},   {"bos_token_id", 89}, {"eos_token_id", 89}};
-}
-
-// HF-named tensors for a config (what transformers' save_pretrained would hold).
-TensorMap hf_tensors(const json& c, DType dtype) {
-  TensorMap t;
-  uint64_t seed = 1;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape) { t[name] = random_tensor(shape, dtype, seed++); };
-  if (c["model_type"] == "gpt2") {
-    const int64_t h = c["n_embd"], V = c["vocab_size"], P = c["n_positions"], F = 4 * h;
-    add("transformer.wte.weight", {V, h});
-    add("transformer.wpe.weight", {P, h});
-    for (int i = 0; i < int(c["n_layer"]); ++i) {
-      const std::string p = "transformer.h." + std::to_string(i) + ".";
-      add(p + "ln_1.weight", {h});
-      add(p + "ln_1.bias", {h});
-      add(p + "attn.c_attn.weight", {h, 3 * h});
-      add(p + "attn.c_attn.bias", {3 * h});
-      add(p + "attn.c_proj.weight", {h, h});
-      add(p + "attn.c_proj.bias", {h});
-      add(p + "ln_2.weight", {h});
-      add(p + "ln_2.bias", {h});
-      add(p + "mlp.c_fc.weight", {h, F});
-      add(p + "mlp.c_fc.bias", {F});
-      add(p + "mlp.c_proj.weight", {F, h});
-      add(p + "mlp.c_proj.bias", {h});
-    }
-    add("transformer.ln_f.weight", {h});
-    add("transformer.ln_f.bias", {h});
-    return t;
-  }
-  const int64_t h = c["hidden_size"], n = c["num_attention_heads"], g = c["num_key_value_heads"], d = h / n;
-  const int64_t F = c["intermediate_size"], V = c["vocab_size"];
-  const bool qkv_bias = c["model_type"] == "qwen2";
-  add("model.embed_tokens.weight", {V, h});
-  for (int i = 0; i < int(c["num_hidden_layers"]); ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    add(p + "input_layernorm.weight", {h});
-    add(p + "post_attention_layernorm.weight", {h});
-    add(p + "self_attn.q_proj.weight", {n * d, h});
-    add(p + "self_attn.k_proj.weight", {g * d, h});
-    add(p + "self_attn.v_proj.weight", {g * d, h});
-    add(p + "self_attn.o_proj.weight", {h, n * d});
-    if (qkv_bias) {
-      add(p + "self_attn.q_proj.bias", {n * d});
-      add(p + "self_attn.k_proj.bias", {g * d});
-      add(p + "self_attn.v_proj.bias", {g * d});
-    }
-    if (c["model_type"] == "mixtral") {
-      const std::string moe = p + "block_sparse_moe.";
-      add(moe + "gate.weight", {c["num_local_experts"], h});
-      for (int e = 0; e < int(c["num_local_experts"]); ++e) {
-        const std::string x = moe + "experts." + std::to_string(e) + ".";
-        add(x + "w1.weight", {F, h});
-        add(x + "w2.weight", {h, F});
-        add(x + "w3.weight", {F, h});
-      }
-      continue;
-    }
-    add(p + "mlp.gate_proj.weight", {F, h});
-    add(p + "mlp.up_proj.weight", {F, h});
-    add(p + "mlp.down_proj.weight", {h, F});
-  }
-  add("model.norm.weight", {h});
-  if (!c["tie_word_embeddings"].get<bool>()) add("lm_head.weight", {V, h});
-  return t;
-}
+using namespace testmodels;
 
 void write_hf_dir(const fs::path& dir, const json& config, const TensorMap& t) { write_hf_checkpoint(dir, config, t); }
 
@@ -271,13 +174,77 @@ TEST(HfConvert, RefusesWhatItCannotRepresent) {
                         {"no tensor 'model.layers.1.mlp.up_proj.weight'", "[48, 32]"});
 }
 
+// Qwen2 has biases on q, k and v only: the import says --add-qkv-bias (not a bias on every linear), so the
+// checkpoint holds linear_qkv's bias and no zero biases on the other linears.
+TEST(HfConvert, Qwen2ImportsBiasesOnQkvOnly) {
+  const json c = llama_config("qwen2", true, 2);
+  const train::Arguments a = arguments_from_hf(c);
+  EXPECT_TRUE(a.model.disable_bias_linear);
+  EXPECT_TRUE(a.model.add_qkv_bias);
+  const TensorMap ours = hf_to_megatron(HfFamily::Qwen2, a, 128, hf_tensors(c, DType::F32));
+  for (int i = 0; i < 2; ++i) {
+    const std::string p = "decoder.layers." + std::to_string(i) + ".";
+    EXPECT_EQ(ours.count(p + "self_attention.linear_qkv.bias"), 1u);
+    for (const char* none : {"self_attention.linear_proj.bias", "mlp.linear_fc1.bias", "mlp.linear_fc2.bias"})
+      EXPECT_EQ(ours.count(p + none), 0u) << p << none << " would be a made-up zero bias";
+  }
+  EXPECT_EQ(hf_config_from_model(HfFamily::Qwen2, a, DType::F32).value("model_type", ""), "qwen2");
+}
+
+// The imported Qwen2 builds with a bias on linear_qkv only, and its forward uses it: changing the bias
+// changes the logits.
+TEST(HfConvert, Qwen2ModelHasOnlyTheQkvBias) {
+  fs::path dir = testing::make_temp_dir("hf_qwen2_model");
+  const json c = llama_config("qwen2", true, 2);
+  write_hf_dir(dir / "hf", c, hf_tensors(c, DType::F32));
+  import_hf_checkpoint(dir / "hf", dir / "ours");
+  LoadedModel loaded = load_model(testing::cpu_context(), dir / "ours", DType::F32);
+  Context& cpu = testing::cpu_context();
+  for (auto& layer : loaded.model->layers) {
+    EXPECT_TRUE(layer.self_attention.linear_qkv.bias.defined());
+    EXPECT_FALSE(layer.self_attention.linear_proj.bias.defined());
+    EXPECT_FALSE(layer.mlp.linear_fc1.bias.defined());
+  }
+  auto logits = [&] {
+    inference::GPTInference engine(cpu, *loaded.model, 1, 8);
+    Tensor tokens = cpu.empty({1, 5}, DType::I64);
+    for (int64_t t = 0; t < 5; ++t) tokens.data<int64_t>()[t] = 3 * t + 1;
+    return testing::to_doubles(cpu, engine.forward(cpu, tokens));
+  };
+  const std::vector<double> with_bias = logits();
+  for (double x : with_bias) ASSERT_TRUE(std::isfinite(x));
+  ops::fill(cpu, loaded.model->layers[0].self_attention.linear_qkv.bias.value, 0.0);
+  EXPECT_NE(logits(), with_bias) << "the q/k/v bias takes part in the forward";
+  fs::remove_all(dir);
+}
+
+// Checkpoints saved before --add-qkv-bias existed have no such arg: they load as models without it, and only
+// those.
+TEST(HfConvert, CheckpointsWithoutAddQkvBiasLoadAsWithout) {
+  nn::TransformerConfig config = train::transformer_config(arguments_from_hf(llama_config("llama", false, 2)).model,
+                                                           DType::F32, 1);
+  json saved = json::object();
+  for (const auto& [key, value] : architecture_values(config)) saved[key] = value;
+  saved.erase("add_qkv_bias");
+  EXPECT_TRUE(architecture_differences(saved, config).empty());
+  config.add_qkv_bias = true;
+  const std::vector<std::string> diffs = architecture_differences(saved, config);
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_NE(diffs[0].find("--add-qkv-bias"), std::string::npos) << diffs[0];
+}
+
+// A model with a bias on every linear (trained so, then exported as Qwen2): the biases Qwen2 cannot hold are
+// dropped, with a warning when they are not zero.
 TEST(HfConvert, Qwen2ExportWarnsAboutBiasesItCannotHold) {
   json c = llama_config("qwen2", true, 2);
-  TensorMap ours = hf_to_megatron(HfFamily::Qwen2, arguments_from_hf(c), 128, hf_tensors(c, DType::F32));
+  train::Arguments a = arguments_from_hf(c);
+  a.model.disable_bias_linear = false;
+  a.model.add_qkv_bias = false;
+  TensorMap ours = hf_to_megatron(HfFamily::Qwen2, a, 128, hf_tensors(c, DType::F32));
   float* b = reinterpret_cast<float*>(ours.at("decoder.layers.1.mlp.linear_fc2.bias").bytes.data());
   b[3] = 0.5f;  // learned after the import
   std::vector<std::string> warnings;
-  megatron_to_hf(HfFamily::Qwen2, arguments_from_hf(c), ours, &warnings);
+  megatron_to_hf(HfFamily::Qwen2, a, ours, &warnings);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("decoder.layers.1.mlp.linear_fc2.bias"), std::string::npos);
 }

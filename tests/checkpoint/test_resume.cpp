@@ -447,6 +447,31 @@ TEST(Resume, PretrainGptSaveExitAndLoadContinueTheSameLosses) {
   EXPECT_NE(text.find("resuming at iteration 7"), std::string::npos);
 }
 
+// --use-checkpoint-args: a run that names no architecture flag (not even --num-layers or the vocabulary) takes
+// them from the checkpoint's saved args (Megatron's load_args_from_checkpoint) and continues with the losses of
+// the run that gave them all.
+TEST(Resume, UseCheckpointArgsTakesTheArchitectureFromTheCheckpoint) {
+  fs::path dir = testing::make_temp_dir("resume_ckpt_args");
+  const std::string model = "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --num-query-groups 2 --seq-length 16 "
+                            "--swiglu --normalization RMSNorm --position-embedding-type rope --rotary-base 500 "
+                            "--untie-embeddings-and-output-weights --disable-bias-linear --hidden-dropout 0.2 "
+                            "--attention-dropout 0 --vocab-size 4096 ";
+  const std::string training = "--micro-batch-size 2 --global-batch-size 4 --train-iters 6 --lr 3e-3 --min-lr 3e-4 "
+                               "--lr-decay-style cosine --lr-warmup-iters 2 --eval-iters 0 --seed 11 --mock-data "
+                               "--device cpu --log-interval 1 ";
+  auto full = run_pretrain(model + training, dir / "full.log");
+  ASSERT_EQ(full.size(), 6u);
+  const std::string ckpt = (dir / "ckpt").string();
+  run_pretrain(model + training + "--save " + ckpt + " --exit-interval 3", dir / "first.log");
+  auto second = run_pretrain(training + "--load " + ckpt + " --use-checkpoint-args", dir / "second.log");
+  ASSERT_EQ(second.size(), 3u) << "iterations 4..6 after resuming";
+  for (int64_t it = 4; it <= 6; ++it) EXPECT_EQ(second[it], full[it]) << "iteration " << it;
+  std::ifstream log(dir / "second.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("--use-checkpoint-args: --num-layers 2 (from the checkpoint)"), std::string::npos) << text;
+  fs::remove_all(dir);
+}
+
 #ifdef MPIEXEC
 TEST(Resume, PretrainGptDataParallelSavesResumeAndLoadInOneProcess) {
   // Two ranks with the distributed optimizer and asynchronous saves (published by the per-iteration poll);
@@ -591,6 +616,48 @@ TEST(Resume, PretrainGptContextParallelSavesLoadAtCp1AndBack) {
   std::ifstream log(dir / "back.log");
   std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(text.find("resuming at iteration 9"), std::string::npos);
+}
+
+TEST(Resume, PretrainGptFsdpCheckpointsCrossWithTheDistributedOptimizer) {
+  // FSDP with sharded parameters (two ranks, dropout on, asynchronous saves) saves at iteration 4 and exits;
+  // resumed under FSDP it continues bit for bit; the distributed optimizer (size buckets, whole parameters)
+  // loads the same checkpoint and continues with the same losses and gradient norms (within 1e-5: the
+  // gradients are summed per micro-batch and module group there, once per bucket here), and its own
+  // checkpoint loads under FSDP optim_grads again. The layout is the distributed optimizer's: the optimizer
+  // state saved as ranges of each parameter, whatever buckets held them.
+  fs::path dir = testing::make_temp_dir("resume_binary_fsdp");
+  std::string flags;
+  for (const std::string& s : base_flags(8)) flags += s + " ";
+  flags += "--device cpu --log-interval 1 --data-path " + write_dataset(dir) + " --split 90,5,5 --vocab-size 512 " +
+           "--data-cache-path " + (dir / "cache").string();
+  const std::string two = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + MPIEXEC +
+                          " --oversubscribe -np 2 ";
+  const std::string fsdp = " --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params";
+  const std::string dist = " --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 4000";
+  auto full = run_pretrain(flags + fsdp, dir / "full.log", two);
+  ASSERT_EQ(full.size(), 8u);
+  const std::string ckpt = (dir / "ckpt").string(), ckpt_dist = (dir / "ckpt_dist").string();
+  auto first = run_pretrain(flags + fsdp + " --save " + ckpt + " --save-interval 4 --exit-interval 4 --async-save",
+                            dir / "first.log", two);
+  EXPECT_EQ(first.size(), 4u);
+  auto resumed = run_pretrain(flags + fsdp + " --load " + ckpt, dir / "resumed.log", two);
+  ASSERT_EQ(resumed.size(), 4u) << "iterations 5..8 under FSDP";
+  for (int64_t it = 5; it <= 8; ++it) EXPECT_EQ(resumed[it], full[it]) << "iteration " << it;
+  auto crossed = run_pretrain(flags + dist + " --load " + ckpt + " --save " + ckpt_dist + " --save-interval 6 " +
+                              "--exit-interval 6", dir / "crossed.log", two);
+  ASSERT_EQ(crossed.size(), 2u) << "iterations 5..6 with the distributed optimizer";
+  for (int64_t it = 5; it <= 6; ++it) {
+    const double want = logged(full[it], "lm loss"), got = logged(crossed[it], "lm loss");
+    EXPECT_LE(std::fabs(got - want), 1e-5 * std::fabs(want)) << "iteration " << it << ": " << crossed[it] << " vs " << full[it];
+    EXPECT_NEAR(logged(crossed[it], "grad norm"), logged(full[it], "grad norm"), 1.01e-3) << "iteration " << it;
+  }
+  auto back = run_pretrain(flags + " --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads --load " +
+                               ckpt_dist, dir / "back.log", two);
+  ASSERT_EQ(back.size(), 2u) << "iterations 7..8 under FSDP optim_grads";
+  for (int64_t it = 7; it <= 8; ++it) {
+    const double want = logged(full[it], "lm loss"), got = logged(back[it], "lm loss");
+    EXPECT_LE(std::fabs(got - want), 1e-5 * std::fabs(want)) << "iteration " << it << ": " << back[it] << " vs " << full[it];
+  }
 }
 
 TEST(Resume, PretrainGptExpertParallelSavesAtEp4AndContinuesAtEp2) {

@@ -3,8 +3,9 @@
 // inputs and the expected result locally. Odd sizes, several dtypes, in-place and out-of-place forms,
 // uneven all-to-all counts, splits, and point-to-point batches (ring exchanges in both directions, two ranks
 // that both send first, several messages to one peer, asynchronous completion, refused batches). The same
-// checks run on MPI (CPU tensors; suite Communicator) and on NCCL (CUDA tensors, one GPU per rank; suite
-// CommunicatorGpu, label gpu).
+// checks run on MPI (CPU tensors; suite Communicator), on the socket engine of torchrun launches (CPU tensors,
+// its world made by the TCP rendezvous in the same job; the Socket tests) and on NCCL (CUDA tensors, one GPU
+// per rank, bootstrapped over MPI and over the sockets; suite CommunicatorGpu, label gpu).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "harness.h"
 #include "megatron/comm/self_communicator.h"
 #include "mpi_world.h"
+#include "socket_world.h"
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
 #include "megatron/core/cuda_check.h"
@@ -445,6 +447,18 @@ TEST(Communicator, MpiCollectivesMatchDirectComputation) {
   run_all_checks(e);
 }
 
+// The socket world of this job, made once (collective: every rank runs the tests in the same order).
+Communicator& sockets() {
+  static std::unique_ptr<Communicator> world = testing::socket_world(*testing::mpi_world(), timeout_from_minutes(2.0));
+  return *world;
+}
+
+TEST(Communicator, SocketCollectivesMatchDirectComputation) {
+  Env e{sockets(), testing::cpu_context()};
+  ASSERT_EQ(std::string(e.comm.backend()), "socket");
+  run_all_checks(e);
+}
+
 TEST(Communicator, SelfCommunicatorIsAGroupOfOne) {
   SelfCommunicator self(Device::cpu(), "world");
   Env e{self, testing::cpu_context()};
@@ -474,6 +488,10 @@ class CommunicatorP2P : public ::testing::TestWithParam<P2PCase> {};
 
 TEST_P(CommunicatorP2P, Mpi) {
   Env e{*testing::mpi_world(), testing::cpu_context()};
+  GetParam().check(e);
+}
+TEST_P(CommunicatorP2P, Socket) {
+  Env e{sockets(), testing::cpu_context()};
   GetParam().check(e);
 }
 INSTANTIATE_TEST_SUITE_P(Batch, CommunicatorP2P, ::testing::ValuesIn(kP2PCases), p2p_case_name);
@@ -512,6 +530,15 @@ std::unique_ptr<NcclCommunicator> CommunicatorGpu::nccl_;
 TEST_F(CommunicatorGpu, NcclCollectivesMatchDirectComputation) {
   Env e{*nccl_, *ctx_};
   run_all_checks(e);
+}
+
+// As under torchrun: NCCL's unique id broadcast over the socket world instead of MPI.
+TEST_F(CommunicatorGpu, NcclBootstrappedOverSocketsMatchesDirectComputation) {
+  std::unique_ptr<NcclCommunicator> nccl =
+      NcclCommunicator::create(sockets(), ctx_->device().index, "world", timeout_from_minutes(2.0));
+  Env e{*nccl, *ctx_};
+  run_all_checks(e);
+  check_batch_ring(e);
 }
 
 class CommunicatorGpuP2P : public CommunicatorGpu, public ::testing::WithParamInterface<P2PCase> {};

@@ -2,16 +2,29 @@
 // never sends what the other ranks receive in a point-to-point batch. The waiting ranks must print the
 // report (rank, group, operation, sizes, time waited) and the job must end with a non-zero status soon
 // after the timeout, instead of hanging. CPU ranks (MPI) in CI; NCCL on the GPU machine (suite
-// WatchdogGpu, two GPUs).
+// WatchdogGpu, two GPUs). The same helper launched the torchrun way (torch's variables set, no mpiexec; this
+// test plays the agent, which stops the other workers once one fails) checks the socket engine: the same
+// report and exit status, and a rank that dies makes the others fail at once naming it.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
-#include <sys/wait.h>
+#include <thread>
+#include <vector>
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
 #include "megatron/comm/communicator.h"
+#include "megatron/comm/tcp_socket.h"
 #include "megatron/runtime/context.h"
 
 namespace {
@@ -70,6 +83,105 @@ TEST(Watchdog, UnmatchedReceiveEndsTheJobWithAReport) {
   JobResult r = run_job(3, "0.05 p2p warm");
   expect_watchdog_report(r, 3, 3.0, "batch_send_recv on group 'dp'", "recv 1000 f32 elements (4000 bytes) from rank 0");
   EXPECT_NE(r.output.find("did not post the matching send or receive"), std::string::npos) << r.output;
+}
+
+// Starts `ranks` helpers with torch's env:// variables (as torchrun's agent does), their output in one file.
+// With `stop_on_failure` the first rank to fail stops the others (the agent's rule); the job's status is
+// that rank's. 90 s at most.
+JobResult run_env_job(int ranks, const std::vector<std::string>& args, bool stop_on_failure,
+                      std::vector<int>* statuses = nullptr) {
+  const std::filesystem::path dir = megatron::testing::make_temp_dir("watchdog_env");
+  const std::string log = (dir / "output.txt").string();
+  int port = 0;
+  {
+    megatron::comm::Socket probe = megatron::comm::listen_on(0, "port probe");
+    port = megatron::comm::bound_port(probe);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<pid_t> children;
+  for (int r = 0; r < ranks; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) ::unsetenv(name);
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      std::vector<std::string> words = {WATCHDOG_HELPER_EXE};
+      words.insert(words.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (std::string& w : words) argv.push_back(w.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      std::_Exit(127);
+    }
+    children.push_back(pid);
+  }
+  JobResult r;
+  std::vector<int> status(size_t(ranks), -1);
+  for (int running = ranks; running > 0;) {
+    int raw = 0;
+    const pid_t pid = ::waitpid(-1, &raw, WNOHANG);
+    const bool late = std::chrono::steady_clock::now() - start > std::chrono::seconds(90);
+    if (pid <= 0 && !late) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    if (pid <= 0) {  // the job hangs: what the watchdog exists to prevent
+      for (pid_t c : children) ::kill(c, SIGKILL);
+      r.status = 124;
+      stop_on_failure = false;
+      continue;
+    }
+    const size_t rank = size_t(std::find(children.begin(), children.end(), pid) - children.begin());
+    status[rank] = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+    --running;
+    if (status[rank] != 0 && r.status <= 0) r.status = status[rank];
+    if (status[rank] != 0 && stop_on_failure)
+      for (size_t k = 0; k < children.size(); ++k)
+        if (status[k] < 0) ::kill(children[k], SIGTERM);
+  }
+  if (r.status < 0) r.status = 0;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::ifstream f(log);
+  r.output.assign(std::istreambuf_iterator<char>(f), {});
+  std::filesystem::remove_all(dir);
+  if (statuses != nullptr) *statuses = status;
+  return r;
+}
+
+TEST(Watchdog, SocketEngineSkippedCollectiveEndsTheJobWithAReport) {
+  JobResult r = run_env_job(3, {"0.05"}, true);
+  expect_watchdog_report(r, 3, 3.0, "all_reduce on group 'dp'");
+  EXPECT_EQ(r.status, megatron::comm::kWatchdogExitCode) << r.output;
+  EXPECT_NE(r.output.find(", socket) with sum of 1000 f32 elements (4000 bytes)"), std::string::npos) << r.output;
+}
+
+TEST(Watchdog, SocketEngineUnmatchedReceiveEndsTheJobWithAReport) {
+  JobResult r = run_env_job(3, {"0.05", "p2p", "warm"}, true);
+  expect_watchdog_report(r, 3, 3.0, "batch_send_recv on group 'dp'", "recv 1000 f32 elements (4000 bytes) from rank 0");
+  EXPECT_EQ(r.status, megatron::comm::kWatchdogExitCode) << r.output;
+  EXPECT_NE(r.output.find("did not post the matching send or receive"), std::string::npos) << r.output;
+}
+
+// Rank 0 exits after the first all-reduce; the others must not wait for the (one minute) timeout.
+TEST(Watchdog, SocketEngineRankThatDiesIsNamedAtOnce) {
+  std::vector<int> statuses;
+  JobResult r = run_env_job(3, {"1", "die"}, false, &statuses);
+  ASSERT_EQ(statuses.size(), 3u);
+  EXPECT_EQ(statuses[0], 3) << r.output;
+  EXPECT_EQ(statuses[1], 1) << r.output;
+  EXPECT_EQ(statuses[2], 1) << r.output;
+  EXPECT_LT(r.seconds, 30.0) << r.output;
+  EXPECT_NE(r.output.find("all_reduce on group 'dp' (rank 1 of 3, socket) with sum of 1000 f32 elements"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the connection to world rank 0 ended"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("UNEXPECTED"), std::string::npos) << r.output;
 }
 
 TEST(WatchdogGpu, SkippedNcclCollectiveEndsTheJobWithAReport) {

@@ -3,9 +3,12 @@
 // stuck collective and end the job through the watchdog within the timeout. With `p2p` the other ranks
 // instead receive from rank 0 in a point-to-point batch whose send never comes; with `warm` as well, every
 // rank first exchanges a message with rank 0 (NCCL then has its p2p connections, and the receive hangs on
-// the GPU rather than while connecting on the host).
+// the GPU rather than while connecting on the host). With `die`, rank 0 exits (status 3) instead of
+// sleeping: the others must fail at once with an error naming it, not wait for the timeout.
+// The same binary runs under mpiexec (MPI) and with torchrun's variables set (the socket engine).
 //
-//   mpiexec -n 3 watchdog_helper <timeout-minutes> [nccl] [p2p] [warm]
+//   mpiexec -n 3 watchdog_helper <timeout-minutes> [nccl] [p2p] [warm] [die]
+//   RANK=r WORLD_SIZE=3 LOCAL_RANK=r MASTER_ADDR=127.0.0.1 MASTER_PORT=p watchdog_helper <timeout-minutes> ...
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "megatron/comm/mpi_runtime.h"
+#include "megatron/comm/distributed_runtime.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
@@ -21,25 +24,16 @@
 
 using namespace megatron;
 
-int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: watchdog_helper <timeout-minutes> [nccl]\n");
-    return 2;
-  }
-  comm::MpiRuntime mpi;
-  const auto timeout = comm::timeout_from_minutes(std::atof(argv[1]));
-  bool nccl = false, p2p = false, warm = false;
-  for (int i = 2; i < argc; ++i) {
-    nccl = nccl || std::string(argv[i]) == "nccl";
-    p2p = p2p || std::string(argv[i]) == "p2p";
-    warm = warm || std::string(argv[i]) == "warm";
-  }
-  std::shared_ptr<comm::Communicator> world = mpi.world(timeout);
+namespace {
+
+int run(const comm::DistributedRuntime& runtime, double minutes, bool nccl, bool p2p, bool warm, bool die) {
+  const auto timeout = comm::timeout_from_minutes(minutes);
+  std::shared_ptr<comm::Communicator> world = runtime.world(timeout);
   std::unique_ptr<Context> ctx = Context::cpu();
 #if MEGATRON_WITH_NCCL
   if (nccl) {
-    ctx = Context::cuda(mpi.local_rank() % cuda_device_count());
-    world = comm::NcclCommunicator::create(*world, ctx->device().index, "world", timeout, mpi.world_rank());
+    ctx = Context::cuda(runtime.local_rank() % cuda_device_count());
+    world = comm::NcclCommunicator::create(*world, ctx->device().index, "world", timeout, runtime.world_rank());
   }
 #else
   if (nccl) {
@@ -47,12 +41,13 @@ int main(int argc, char** argv) {
     return 2;
   }
 #endif
-  std::unique_ptr<comm::Communicator> dp = world->split(0, mpi.world_rank(), "dp");
+  const int me = runtime.world_rank();
+  std::unique_ptr<comm::Communicator> dp = world->split(0, me, "dp");
   Tensor t = ctx->empty(Shape{1000}, DType::F32);
   ops::fill(*ctx, t, 1.0);
   dp->all_reduce(t, comm::ReduceOp::Sum, ctx->stream());
   ctx->synchronize();
-  std::fprintf(stderr, "rank %d: first all_reduce done\n", mpi.world_rank());
+  std::fprintf(stderr, "rank %d: first all_reduce done\n", me);
   if (warm) {
     std::vector<comm::P2POp> ops;
     std::vector<Tensor> got;
@@ -64,18 +59,43 @@ int main(int argc, char** argv) {
     }
     dp->batch_send_recv(ops, ctx->stream()).wait(nullptr);
   }
-  if (mpi.world_rank() == 0) {
+  if (me == 0) {
+    if (die) std::_Exit(3);  // "crashed"
     std::this_thread::sleep_for(std::chrono::minutes(2));  // "stuck elsewhere": never joins
     return 0;
   }
   if (p2p) {
     const comm::P2POp recv = comm::P2POp::recv(t, 0);
     dp->batch_send_recv(std::span<const comm::P2POp>(&recv, 1), ctx->stream()).wait(nullptr);
-    std::fprintf(stderr, "rank %d: UNEXPECTED: the receive completed without rank 0's send\n", mpi.world_rank());
+    std::fprintf(stderr, "rank %d: UNEXPECTED: the receive completed without rank 0's send\n", me);
     return 0;
   }
   dp->all_reduce(t, comm::ReduceOp::Sum, ctx->stream());
   ctx->synchronize();
-  std::fprintf(stderr, "rank %d: UNEXPECTED: the second all_reduce completed without rank 0\n", mpi.world_rank());
+  std::fprintf(stderr, "rank %d: UNEXPECTED: the second all_reduce completed without rank 0\n", me);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: watchdog_helper <timeout-minutes> [nccl] [p2p] [warm] [die]\n");
+    return 2;
+  }
+  bool nccl = false, p2p = false, warm = false, die = false;
+  for (int i = 2; i < argc; ++i) {
+    nccl = nccl || std::string(argv[i]) == "nccl";
+    p2p = p2p || std::string(argv[i]) == "p2p";
+    warm = warm || std::string(argv[i]) == "warm";
+    die = die || std::string(argv[i]) == "die";
+  }
+  std::unique_ptr<comm::DistributedRuntime> runtime;
+  try {
+    runtime = comm::start_distributed_runtime();
+    return run(*runtime, std::atof(argv[1]), nccl, p2p, warm, die);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: error: %s\n", runtime ? runtime->world_rank() : -1, e.what());
+    return 1;
+  }
 }

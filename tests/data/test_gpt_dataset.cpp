@@ -421,7 +421,17 @@ TEST(Blending, BlendedDatasetDrawsFromComponents) {
   }
   BlendedDataset cached({&a, &b}, weights, size, (dir / "cache").string());
   EXPECT_EQ(cached.indices().dataset_index, blend.indices().dataset_index);
-  EXPECT_TRUE(fs::exists(dir / "cache" / (blend.unique_description_hash() + "-BlendedDataset-dataset_index.npy")));
+  // Megatron's names: <md5 of the description>-BlendedDataset-<split>-<suffix>, the split in the description
+  // between the datasets and the weights.
+  for (const char* suffix : {"description.txt", "dataset_index.npy", "dataset_sample_index.npy"})
+    EXPECT_TRUE(fs::exists(dir / "cache" / (blend.unique_description_hash() + "-BlendedDataset-train-" + suffix))) << suffix;
+  EXPECT_EQ(blend.unique_description_hash(), md5_hex(blend.unique_description()));
+  const std::string& text = blend.unique_description();
+  const size_t at_datasets = text.find("\n    \"datasets\": ["),
+               at_split = text.find("\n    \"split\": \"train\",\n"), at_weights = text.find("\n    \"weights\": [");
+  ASSERT_NE(at_split, std::string::npos) << text;
+  EXPECT_LT(at_datasets, at_split);
+  EXPECT_LT(at_split, at_weights);
   fs::remove_all(dir);
 }
 

@@ -1,6 +1,7 @@
 // The contiguous gradient buffer: Megatron's layout rules (reverse parameter order, bucket closing at
 // bucket_size, distributed-optimizer padding to 64-element parameter starts and lcm(DP, 128)-element
-// buckets, equal shards) and the rebinding of Parameters onto views that keep their values.
+// buckets, equal shards) and the rebinding of Parameters onto views that keep their values; FSDP's buckets per
+// unit and sharded storage (only this rank's shard of each bucket persists; whole buckets bound while in use).
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -101,6 +102,83 @@ TEST(ParamAndGradBuffer, RebindsParametersOntoViews) {
     for (double g : testing::to_doubles(ctx, p->main_grad)) EXPECT_EQ(g, 0.0);
   testing::expect_error([&] { ParamAndGradBuffer(ctx, params, 0, 1, false).bucket_values(0); },
                         {"bucket_values", "distributed optimizer"});
+}
+
+TEST(BufferLayout, UnitsCloseBuckets) {
+  // Units 0 0 1 1 2 of 10 .. 50 elements: a bucket per unit (in reverse order) whatever the size rule says,
+  // and the size rule still closes buckets inside a unit.
+  BufferLayout l = plan_buffer_layout({10, 20, 30, 40, 50}, 0, 1, {}, {0, 0, 1, 1, 2});
+  ASSERT_EQ(l.buckets.size(), 3u);
+  EXPECT_EQ(l.buckets[0].entries.size(), 1u);  // parameter 4
+  EXPECT_EQ(l.buckets[1].numel, 70);            // parameters 3, 2
+  EXPECT_EQ(l.buckets[2].numel, 30);            // parameters 1, 0
+  BufferLayout sized = plan_buffer_layout({10, 20, 30, 40, 50}, 35, 1, {}, {0, 0, 0, 0, 0});
+  EXPECT_EQ(sized.buckets.size(), 4u);  // 50 | 40 | 30 + 20 | 10 at >= 35 elements
+  testing::expect_error([] { plan_buffer_layout({1, 2}, 0, 1, {}, {0}); }, {"1 unit numbers for 2 parameters"});
+}
+
+// Sharded storage at DP 2: each rank's shards hold exactly its elements of the whole buffer (the parameters'
+// values and gradients at construction), the ranges map global elements to them, the Parameters are unbound,
+// and binding a whole bucket makes them views of it again.
+TEST(ParamAndGradBuffer, ShardedStorageKeepsOnlyThisRanksShards) {
+  Context& ctx = testing::cpu_context();
+  for (int rank : {0, 1}) {
+    SCOPED_TRACE(rank);
+    std::vector<nn::Parameter> storage;
+    storage.push_back(nn::make_parameter(ctx, "a.weight", {3, 50}, DType::F32, false));
+    storage.push_back(nn::make_parameter(ctx, "a.bias", {70}, DType::F32, true));
+    storage.push_back(nn::make_parameter(ctx, "b.weight", {9, 21}, DType::F32, false));
+    std::vector<nn::Parameter*> params;
+    std::vector<std::vector<double>> values, grads;
+    for (size_t i = 0; i < storage.size(); ++i) {
+      testing::fill_random(storage[i].value, 300 + i);
+      testing::fill_random(storage[i].main_grad, 400 + i);
+      params.push_back(&storage[i]);
+      values.push_back(testing::to_doubles(ctx, storage[i].value));
+      grads.push_back(testing::to_doubles(ctx, storage[i].main_grad));
+    }
+    // Units: {a.weight, a.bias} and {b.weight}: two buckets.
+    ParamAndGradBuffer buffer(ctx, params, 0, 2, true, BufferSharding{.grads = true, .params = true}, rank, {0, 0, 1});
+    const BufferLayout& l = buffer.layout();
+    ASSERT_EQ(l.buckets.size(), 2u);
+    for (const nn::Parameter* p : params) EXPECT_FALSE(p->value.defined() || p->main_grad.defined()) << p->name;
+    // The whole buffer as the unsharded layout would hold it (padding zero), then each shard against it.
+    std::vector<double> whole_values(size_t(l.numel), 0.0), whole_grads(size_t(l.numel), 0.0);
+    for (const BufferLayout::Entry& e : l.entries)
+      for (int64_t j = 0; j < e.numel; ++j) {
+        whole_values[size_t(e.offset + j)] = values[e.param][size_t(j)];
+        whole_grads[size_t(e.offset + j)] = grads[e.param][size_t(j)];
+      }
+    for (size_t k = 0; k < l.buckets.size(); ++k) {
+      auto [s0, s1] = buffer.shard(k, rank);
+      const std::vector<double> v = testing::to_doubles(ctx, buffer.value_shard(k));
+      const std::vector<double> g = testing::to_doubles(ctx, buffer.grad_shard(k));
+      EXPECT_EQ(v, std::vector<double>(whole_values.begin() + s0, whole_values.begin() + s1)) << "bucket " << k;
+      EXPECT_EQ(g, std::vector<double>(whole_grads.begin() + s0, whole_grads.begin() + s1)) << "bucket " << k;
+      // A sub-range inside the shard maps into it; one reaching outside is refused.
+      EXPECT_EQ(testing::to_doubles(ctx, buffer.values_range(s0 + 1, s0 + 3)),
+                std::vector<double>(whole_values.begin() + s0 + 1, whole_values.begin() + s0 + 3));
+      const int64_t lo = s0 > 0 ? s0 - 1 : s0, hi = s0 > 0 ? s1 : s1 + 1;  // one element beyond the shard
+      testing::expect_error([&] { buffer.values_range(lo, hi); }, {"not inside rank", "shard of one bucket"});
+    }
+    testing::expect_error([&] { buffer.grads(); }, {"only this rank's gradient shards persist"});
+    // Binding a whole bucket: its Parameters become views of it (with their shapes), then unbound again.
+    const size_t k = l.entries[0].bucket;
+    Tensor whole = ctx.empty(Shape{l.buckets[k].numel}, DType::F32);
+    testing::fill_random(whole, 7);
+    buffer.bind_values(k, whole);
+    for (size_t i : l.buckets[k].entries) {
+      const BufferLayout::Entry& e = l.entries[i];
+      const nn::Parameter& p = *params[e.param];
+      ASSERT_TRUE(p.value.defined()) << p.name;
+      EXPECT_EQ(p.value.shape(), storage[e.param].value.defined() ? storage[e.param].value.shape() : p.value.shape());
+      EXPECT_EQ(p.value.numel(), e.numel);
+      const int64_t at = e.offset - l.buckets[k].offset;
+      EXPECT_EQ(testing::to_doubles(ctx, p.value), testing::to_doubles(ctx, whole.slice(at, at + e.numel))) << p.name;
+    }
+    buffer.unbind_values(k);
+    for (size_t i : l.buckets[k].entries) EXPECT_FALSE(params[l.entries[i].param]->value.defined());
+  }
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // format, delayed scaling in E4M3 with a longer history, the max algorithm and a margin, and tensorwise
 // (current) scaling -- and every layout must give the one-rank FP8 run's losses, gradient norms and validation
 // loss within 1e-5 relative: pipelines of 2 and 4 stages in fp32 (each stage keeps and reduces its own scales;
-// the run must not hang), and tensor and data parallelism in F64.
+// the run must not hang), and tensor and data parallelism (the distributed optimizer, FSDP) in F64.
 #include <gtest/gtest.h>
 
 #include "layout_training.h"
@@ -80,6 +80,8 @@ std::vector<Layout> reordering_layouts() {
       {"DP=2, distributed optimizer, overlapped", 2, {}, {"--use-distributed-optimizer", "--overlap-grad-reduce"}},
       {"TP=2 + SP x DP=2, distributed optimizer", 4, {.tensor_model_parallel = 2},
        {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer"}},
+      // FSDP: the weights the FP8 linears cast are gathered anew around each use.
+      {"DP=2, FSDP optim_grads_params", 2, {}, {"--use-megatron-fsdp"}},
   };
 }
 

@@ -44,6 +44,9 @@ TEST(MemoryPlan, PredictsTheMeasuredPeak) {
                                                   "--recompute-modules", "mlp"})},
       {"llama fp32 FP8", with(kLlama, {"--fp8-format", "hybrid"})},
       {"llama bf16, offload 0.5", with(kLlama, {"--bf16", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "0.5"})},
+      {"llama bf16, FSDP optim_grads_params", with(kLlama, {"--bf16", "--use-megatron-fsdp"})},
+      {"gpt fp32, FSDP optim_grads", {"--max-position-embeddings", "128", "--use-megatron-fsdp",
+                                      "--data-parallel-sharding-strategy", "optim_grads"}},
   };
   Context& ctx = testing::cpu_context();
   for (const auto& [name, flags] : configs) {

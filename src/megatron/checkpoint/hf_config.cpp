@@ -110,8 +110,11 @@ void llama_style_arguments(HfFamily f, const json& c, train::ModelArguments& m, 
   }
   const std::string act = get_or<std::string>(c, "hidden_act", "silu");
   if (act != "silu") unsupported.push_back("hidden_act '" + act + "' (only SwiGLU with silu)");
-  const bool qkv_bias = f == HfFamily::Qwen2 || get_or<bool>(c, "attention_bias", false);
-  m.disable_bias_linear = !(qkv_bias || get_or<bool>(c, "mlp_bias", false));
+  // Llama's attention_bias is on q, k, v and o, its mlp_bias on the MLP: every linear then has a bias here.
+  // Qwen2's biases are on q, k and v only: --add-qkv-bias, so that no zero biases are made up.
+  const bool attention_bias = get_or<bool>(c, "attention_bias", false), mlp_bias = get_or<bool>(c, "mlp_bias", false);
+  m.disable_bias_linear = !(attention_bias || mlp_bias);
+  m.add_qkv_bias = f == HfFamily::Qwen2 && m.disable_bias_linear;
   if (f == HfFamily::Qwen2 && get_or<bool>(c, "use_sliding_window", false))
     unsupported.push_back("Qwen2 sliding-window attention");
 }
@@ -249,7 +252,7 @@ void llama_style_config(HfFamily f, const train::ModelArguments& m, json& c) {
   c.erase("rope_scaling");
   c["attention_dropout"] = 0.0;
   if (f == HfFamily::Llama) {
-    c["attention_bias"] = !m.disable_bias_linear;
+    c["attention_bias"] = !m.disable_bias_linear || m.add_qkv_bias;  // q/k/v biases need o_proj's too (zero)
     c["mlp_bias"] = !m.disable_bias_linear;
   }
   const bool windowed = f == HfFamily::Mistral || f == HfFamily::Mixtral;

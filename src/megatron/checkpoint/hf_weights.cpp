@@ -46,7 +46,8 @@ void split_qkv(const HostTensor& qkv, int64_t n, int64_t g, int64_t d, HostTenso
 // experts (Mixtral: every layer), their count and width.
 struct ModelDims {
   int64_t h, n, g, d, F, V;
-  bool bias;  // linear layers have biases
+  bool bias;      // linear layers have biases
+  bool qkv_bias;  // linear_qkv has one (every linear's, or --add-qkv-bias)
   bool moe;   // every layer's MLP is a Mixtral-style MoE block of `experts`
   ExpertDims experts;
 };
@@ -55,7 +56,8 @@ ModelDims model_dims(const train::Arguments& a) {
   const train::ModelArguments& m = a.model;
   const train::MoeArguments& e = a.moe;
   return {m.hidden_size,     m.num_attention_heads, m.num_query_groups, m.kv_channels,
-          m.ffn_hidden_size, m.vocab_size,          !m.disable_bias_linear, e.num_experts > 0,
+          m.ffn_hidden_size, m.vocab_size,          !m.disable_bias_linear, !m.disable_bias_linear || m.add_qkv_bias,
+          e.num_experts > 0,
           {e.num_experts, e.moe_ffn_hidden_size > 0 ? e.moe_ffn_hidden_size : m.ffn_hidden_size, m.hidden_size}};
 }
 
@@ -116,6 +118,10 @@ void llama_layer_from_hf(Source& hf, TensorMap& out, int i, const ModelDims& s, 
     const HostTensor gate = opt(p + "mlp.gate_proj.bias", F), up = opt(p + "mlp.up_proj.bias", F);
     out[ours + "mlp.linear_fc1.bias"] = concat_rows({&gate, &up});
     out[ours + "mlp.linear_fc2.bias"] = opt(p + "mlp.down_proj.bias", h);
+  } else if (s.qkv_bias) {  // --add-qkv-bias (Qwen2): q, k and v only
+    out[ours + "self_attention.linear_qkv.bias"] = fuse_qkv(hf.take(p + "self_attn.q_proj.bias", {n * d}),
+                                                            hf.take(p + "self_attn.k_proj.bias", {g * d}),
+                                                            hf.take(p + "self_attn.v_proj.bias", {g * d}), n, g, d);
   }
 }
 
@@ -186,6 +192,24 @@ void llama_biases_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const M
   }
 }
 
+// Layer i's q/k/v bias alone (--add-qkv-bias) -> Qwen2's q/k/v biases, or Llama's attention_bias (with a zero
+// o_proj bias, which Llama's attention_bias also has); Mistral and Mixtral have none: dropped.
+void llama_qkv_bias_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const ModelDims& s, const DropTensor& drop) {
+  const int64_t n = s.n, g = s.g, d = s.d;
+  const std::string p = "decoder.layers." + std::to_string(i) + ".";
+  const std::string o = "model.layers." + std::to_string(i) + ".";
+  HostTensor qb, kb, vb;
+  split_qkv(ours.take(p + "self_attention.linear_qkv.bias", {g * (n / g + 2) * d}), n, g, d, qb, kb, vb);
+  if (f != HfFamily::Qwen2 && f != HfFamily::Llama) {
+    for (const auto* t : {&qb, &kb, &vb}) drop(p + "self_attention.linear_qkv.bias", *t);
+    return;
+  }
+  if (f == HfFamily::Llama) out[o + "self_attn.o_proj.bias"] = make(qb.dtype, {s.h});
+  out[o + "self_attn.q_proj.bias"] = qb;
+  out[o + "self_attn.k_proj.bias"] = kb;
+  out[o + "self_attn.v_proj.bias"] = vb;
+}
+
 // Decoder layer i -> Llama-style block i (the inverse of llama_layer_from_hf); q, k and v as above.
 void llama_layer_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const ModelDims& s, const HostTensor& q,
                        const HostTensor& k, const HostTensor& v, const DropTensor& drop) {
@@ -207,6 +231,7 @@ void llama_layer_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const Mo
     out[o + "mlp.down_proj.weight"] = ours.take(p + "mlp.linear_fc2.weight", {h, F});
   }
   if (s.bias) llama_biases_to_hf(f, ours, out, i, s, drop);
+  else if (s.qkv_bias) llama_qkv_bias_to_hf(f, ours, out, i, s, drop);
 }
 
 // Experts belong to Mixtral, and Mixtral has them: anything else is a caller's mistake (hf_config_from_model

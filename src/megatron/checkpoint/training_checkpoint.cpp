@@ -44,7 +44,7 @@ const char* const kArchitectureKeys[] = {
     "num_layers",     "hidden_size",  "num_attention_heads", "num_query_groups",
     "ffn_hidden_size", "kv_channels", "position_embedding_type", "rotary_percent",
     "rotary_base",    "swiglu",       "normalization",       "norm_epsilon",
-    "untie_embeddings_and_output_weights", "disable_bias_linear",
+    "untie_embeddings_and_output_weights", "disable_bias_linear", "add_qkv_bias",
 };
 
 }  // namespace
@@ -74,6 +74,7 @@ std::vector<std::string> architecture_differences(const nlohmann::json& saved_ar
       flag = "padded vocabulary size";
     }
     if (!saved_args.contains(key)) {
+      if (key == "add_qkv_bias" && value == "False") continue;  // checkpoints from before the flag: none
       diffs.push_back(str_cat(flag, ": not in the checkpoint, this run ", value));
       continue;
     }
@@ -357,8 +358,14 @@ void load_optimizer_state(const ParameterLoader& load_pieces, const nlohmann::js
     load_pieces(i, kExpAvgSq + p.name, opt->exp_avg_sq(k), begin, end, ranged);
   }
   opt->set_step_count(saved["optimizer"].value("step", int64_t(0)));
-  if (state.scheduler != nullptr && saved.contains("scheduler"))
-    state.scheduler->set_num_steps(saved["scheduler"].value("num_steps", int64_t(0)));
+  if (state.scheduler != nullptr && saved.contains("scheduler")) {
+    // The schedule counts samples; checkpoints written before it did (no "unit") counted iterations of
+    // the run's global batch.
+    const nlohmann::json& s = saved["scheduler"];
+    int64_t steps = s.value("num_steps", int64_t(0));
+    if (!s.contains("unit") && state.args != nullptr) steps *= state.args->training.global_batch_size;
+    state.scheduler->set_num_steps(steps);
+  }
   if (state.scaler != nullptr && saved.contains("loss_scaler")) {
     const auto& s = saved["loss_scaler"];
     state.scaler->load_state({s.value("scale", 1.0f), s.value("growth_tracker", int64_t(0)),
@@ -507,7 +514,7 @@ nlohmann::json training_state_json(const TrainingState& state, bool save_optim, 
                       {"beta1", opt.options().beta1},
                       {"beta2", opt.options().beta2},
                       {"eps", opt.options().eps}};
-    if (state.scheduler != nullptr) j["scheduler"] = {{"num_steps", state.scheduler->num_steps()}};
+    if (state.scheduler != nullptr) j["scheduler"] = {{"num_steps", state.scheduler->num_steps()}, {"unit", "samples"}};
     if (state.scaler != nullptr) {
       const optim::LossScalerState s = state.scaler->state();
       j["loss_scaler"] = {{"scale", s.scale}, {"growth_tracker", s.growth_tracker},

@@ -45,6 +45,7 @@ MpiRuntime::MpiRuntime() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
     if (int v = env_int(name); v >= 0) {
       local_rank_ = v;
+      local_rank_origin_ = name;
       break;
     }
   }
@@ -60,7 +61,12 @@ std::unique_ptr<Communicator> MpiRuntime::world(std::chrono::milliseconds timeou
   return MpiCommunicator::duplicate_world(timeout);
 }
 
-void MpiRuntime::abort(int status) {
+std::string MpiRuntime::describe() const {
+  return world_size_ == 1 ? std::string("no launcher: a world of one")
+                          : str_cat("MPI (mpirun / srun): ", world_size_, " ranks, ", local_size_, " on this node");
+}
+
+void MpiRuntime::abort(int status) const {
   int initialised = 0, finalized = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalized);

@@ -55,8 +55,14 @@ BlendedDataset::BlendedDataset(std::vector<const GPTDataset*> datasets, std::vec
   PyJson::Array identifiers, weight_list;
   for (const GPTDataset* d : datasets_) identifiers.push_back(d->unique_identifiers());
   for (double w : weights_) weight_list.emplace_back(w);
+  // Megatron's unique_identifiers, in its order: class, datasets, split (the components' index split), weights, size.
+  const char* split = split_name(datasets_.front()->split());
+  for (const GPTDataset* d : datasets_)
+    MEGATRON_CHECK(d->split() == datasets_.front()->split(), "a blend mixes the ", split, " and ",
+                   split_name(d->split()), " splits of its datasets");
   PyJson description = PyJson::Object{{"class", "BlendedDataset"},
                                       {"datasets", identifiers},
+                                      {"split", split},
                                       {"weights", weight_list},
                                       {"size", size_}};
   unique_description_ = description.dumps(4);
@@ -65,7 +71,7 @@ BlendedDataset::BlendedDataset(std::vector<const GPTDataset*> datasets, std::vec
   std::filesystem::path dataset_index_path, sample_index_path, description_path;
   if (path_to_cache) {
     auto file = [&](const char* affix) {
-      return std::filesystem::path(*path_to_cache) / str_cat(unique_description_hash_, "-BlendedDataset-", affix);
+      return std::filesystem::path(*path_to_cache) / str_cat(unique_description_hash_, "-BlendedDataset-", split, "-", affix);
     };
     description_path = file("description.txt");
     dataset_index_path = file("dataset_index.npy");

@@ -4,9 +4,9 @@
 // dataset_sample_index (int64, the running count of d). For `--data-path w1 A w2 B` and a split of S samples
 // each component is asked for ceil(ceil(S * w) * (1 + surplus)) samples (surplus 0.005, the mid-level
 // surplus) and the blend holds sum(ceil(S * w)) samples.
-// Cache (only with a cache directory, as Megatron): "<md5>-BlendedDataset-{description.txt,
-// dataset_index.npy,dataset_sample_index.npy}", md5 of json.dumps(indent=4) of (class, datasets' unique
-// identifiers, weights, size).
+// Cache (only with a cache directory, as Megatron): "<md5>-BlendedDataset-<split>-{description.txt,
+// dataset_index.npy,dataset_sample_index.npy}" (split: train, valid or test, the components' index split),
+// md5 of json.dumps(indent=4) of (class, datasets' unique identifiers, split, weights, size).
 #pragma once
 
 #include <cstdint>

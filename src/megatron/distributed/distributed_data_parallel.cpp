@@ -8,20 +8,10 @@
 
 #if MEGATRON_WITH_CUDA
 #include "megatron/core/cuda_check.h"
-#include "megatron/runtime/cuda_stream.h"
 #endif
+#include "megatron/distributed/data_parallel_streams.h"
 
 namespace megatron::distributed {
-
-#if MEGATRON_WITH_CUDA
-struct DistributedDataParallel::Streams {
-  CudaStream comm;
-  CudaEvent ready, done;
-  bool used = false;  // something was queued on `comm` this iteration
-};
-#else
-struct DistributedDataParallel::Streams {};
-#endif
 
 int64_t resolve_bucket_size(const DataParallelConfig& config, int dp_size) {
   if (!config.overlap_grad_reduce) return 0;
@@ -31,9 +21,17 @@ int64_t resolve_bucket_size(const DataParallelConfig& config, int dp_size) {
 
 DistributedDataParallel::DistributedDataParallel(Context& ctx, const nn::ParameterList& params,
                                                  comm::Communicator& dp_group, const DataParallelConfig& config,
-                                                 comm::Communicator* expert_dp_group)
+                                                 comm::Communicator* expert_dp_group,
+                                                 const std::vector<nn::ParameterList>& units)
     : dp_(dp_group), expert_dp_(expert_dp_group), config_(config),
-      bucket_size_(resolve_bucket_size(config, dp_group.size())) {
+      bucket_size_(config.fsdp ? 0 : resolve_bucket_size(config, dp_group.size())) {
+  MEGATRON_CHECK(!config_.fsdp || config_.use_distributed_optimizer, "DistributedDataParallel: FSDP shards the "
+                 "optimizer state (use_distributed_optimizer)");
+  MEGATRON_CHECK(config_.fsdp || (!config_.shard_grads && !config_.shard_params), "DistributedDataParallel: sharded "
+                 "gradients or parameters are FSDP's (DataParallelConfig::fsdp)");
+  std::unordered_map<const nn::Parameter*, int> unit_of;
+  for (size_t u = 0; u < units.size(); ++u)
+    for (const nn::Parameter* p : units[u]) unit_of.emplace(p, int(u));
   const std::array<const comm::Communicator*, 2> groups = {&dp_, expert_dp_};
   for (const comm::Communicator* group : groups)
     MEGATRON_CHECK(group == nullptr || group->device() == ctx.device(), "DistributedDataParallel: the ",
@@ -53,16 +51,29 @@ DistributedDataParallel::DistributedDataParallel(Context& ctx, const nn::Paramet
   buffers_.reserve(order.size());
   for (const auto& kind : order) {
     comm::Communicator* group = kind.first ? expert_dp_ : &dp_;
-    buffers_.emplace_back(ctx, by_kind[kind], bucket_size_, group->size(), config_.use_distributed_optimizer);
+    std::vector<int> unit_of_param;
+    if (config_.fsdp)
+      for (const nn::Parameter* p : by_kind[kind]) {
+        auto it = unit_of.find(p);
+        MEGATRON_CHECK(it != unit_of.end(), "DistributedDataParallel: FSDP needs every parameter in a unit; ", p->name,
+                       " is in none");
+        unit_of_param.push_back(it->second);
+      }
+    buffers_.emplace_back(ctx, by_kind[kind], bucket_size_, group->size(), config_.use_distributed_optimizer,
+                          BufferSharding{.grads = config_.shard_grads, .params = config_.shard_params}, group->rank(),
+                          unit_of_param);
     groups_.push_back(group);
     expert_.push_back(kind.first);
   }
-  for (size_t b = 0; b < buffers_.size(); ++b)
+  for (size_t b = 0; b < buffers_.size(); ++b) {
     for (const BufferLayout::Entry& e : buffers_[b].layout().entries)
       location_[buffers_[b].params()[e.param]] = Where{b, e.bucket, location_.size()};
+    in_use_.emplace_back(buffers_[b].layout().buckets.size());
+  }
   reset_counts();
 #if MEGATRON_WITH_CUDA
-  if (ctx.is_cuda() && config_.overlap_grad_reduce) streams_ = std::make_unique<Streams>();
+  if (ctx.is_cuda() && (config_.overlap_grad_reduce || config_.shard_grads || config_.shard_params))
+    streams_ = std::make_unique<Streams>();
 #endif
 }
 
@@ -97,6 +108,7 @@ void DistributedDataParallel::zero_grads(Context& ctx) {
 }
 
 void DistributedDataParallel::on_grads_final(Context& ctx, const nn::ParameterList& params) {
+  if (config_.shard_grads) return;  // every backward reduced its buckets already (end_grads)
   for (const nn::Parameter* p : params) {
     auto it = location_.find(p);
     MEGATRON_CHECK(it != location_.end(), "DistributedDataParallel: parameter ", p->name, " is not in its buffers");
@@ -114,17 +126,10 @@ void DistributedDataParallel::start_bucket(Context& ctx, size_t b, size_t k) {
   ParamAndGradBuffer& buffer = buffers_[b];
   comm::Communicator& group = *groups_[b];
   const Tensor grads = buffer.bucket_grads(k);
-  // Expert buckets: sum over expert-DP of grads / |dp| (the header); Avg is that when the sizes agree.
-  comm::ReduceOp op = comm::ReduceOp::Avg;
-  if (config_.grads_prescaled) {
-    op = comm::ReduceOp::Sum;
-  } else if (expert_[b] && group.size() != dp_.size()) {
-    ops::scale(ctx, grads, grads, 1.0 / double(dp_.size()));
-    op = comm::ReduceOp::Sum;
-  }
+  const comm::ReduceOp op = reduce_op(ctx, b, grads);
   StreamHandle stream = ctx.stream();
 #if MEGATRON_WITH_CUDA
-  if (streams_) {  // overlap: the communication stream picks up once backward has written the bucket
+  if (streams_ && config_.overlap_grad_reduce) {  // the communication stream picks up once backward wrote the bucket
     streams_->ready.record(ctx.stream());
     streams_->comm.wait(streams_->ready.get());
     streams_->used = true;
@@ -139,9 +144,20 @@ void DistributedDataParallel::start_bucket(Context& ctx, size_t b, size_t k) {
   }
 }
 
+comm::ReduceOp DistributedDataParallel::reduce_op(Context& ctx, size_t b, const Tensor& grads) {
+  // Expert buckets: sum over expert-DP of grads / |dp| (the header); Avg is that when the sizes agree.
+  if (config_.grads_prescaled) return comm::ReduceOp::Sum;
+  if (expert_[b] && groups_[b]->size() != dp_.size()) {
+    ops::scale(ctx, grads, grads, 1.0 / double(dp_.size()));
+    return comm::ReduceOp::Sum;
+  }
+  return comm::ReduceOp::Avg;
+}
+
 void DistributedDataParallel::finish_grad_sync(Context& ctx) {
+  if (config_.shard_grads || config_.shard_params) finish_fsdp_step(ctx);
   for (size_t b = 0; b < buffers_.size(); ++b)
-    for (size_t k = 0; k < started_[b].size(); ++k) start_bucket(ctx, b, k);
+    for (size_t k = 0; k < started_[b].size() && !config_.shard_grads; ++k) start_bucket(ctx, b, k);
 #if MEGATRON_WITH_CUDA
   if (streams_ && streams_->used) {
     streams_->done.record(streams_->comm.get());

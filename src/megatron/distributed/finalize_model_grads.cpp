@@ -4,23 +4,40 @@
 
 namespace megatron::distributed {
 
-void all_reduce_grads(Context& ctx, const nn::ParameterList& params, comm::Communicator& group) {
-  if (params.empty() || group.size() == 1) return;
+namespace {
+
+// Sums `grads` over `group` with one all-reduce: they are views scattered over the gradient buffers, so they
+// are packed, reduced once and unpacked.
+void all_reduce_packed(Context& ctx, const std::vector<Tensor>& grads, comm::Communicator& group) {
+  if (grads.empty() || group.size() == 1) return;
   int64_t total = 0;
-  for (const nn::Parameter* p : params) total += p->main_grad.numel();
-  // The main grads are views scattered over the gradient buffers: pack, reduce once, unpack.
-  Tensor packed = ctx.empty({total}, params.front()->main_grad.dtype());
+  for (const Tensor& g : grads) total += g.numel();
+  Tensor packed = ctx.empty({total}, grads.front().dtype());
   int64_t at = 0;
-  for (const nn::Parameter* p : params) {
-    ops::copy(ctx, packed.slice(at, at + p->main_grad.numel()), p->main_grad.view({p->main_grad.numel()}));
-    at += p->main_grad.numel();
+  for (const Tensor& g : grads) {
+    if (g.numel() > 0) ops::copy(ctx, packed.slice(at, at + g.numel()), g.view({g.numel()}));
+    at += g.numel();
   }
   group.all_reduce(packed, comm::ReduceOp::Sum, ctx.stream());
   at = 0;
-  for (nn::Parameter* p : params) {
-    ops::copy(ctx, p->main_grad.view({p->main_grad.numel()}), packed.slice(at, at + p->main_grad.numel()));
-    at += p->main_grad.numel();
+  for (const Tensor& g : grads) {
+    if (g.numel() > 0) ops::copy(ctx, g.view({g.numel()}), packed.slice(at, at + g.numel()));
+    at += g.numel();
   }
+}
+
+std::vector<Tensor> held_grads(const DistributedDataParallel& ddp, const nn::ParameterList& params) {
+  std::vector<Tensor> grads;
+  for (const nn::Parameter* p : params) grads.push_back(ddp.held_grad(p));
+  return grads;
+}
+
+}  // namespace
+
+void all_reduce_grads(Context& ctx, const nn::ParameterList& params, comm::Communicator& group) {
+  std::vector<Tensor> grads;
+  for (const nn::Parameter* p : params) grads.push_back(p->main_grad);
+  all_reduce_packed(ctx, grads, group);
 }
 
 void finalize_model_grads(Context& ctx, DistributedDataParallel& ddp, const nn::ParameterList& params,
@@ -35,12 +52,12 @@ void finalize_model_grads(Context& ctx, DistributedDataParallel& ddp, const nn::
     MEGATRON_CHECK(groups.tensor_parallel != nullptr, "finalize_model_grads: ", partial_over_tp.size(),
                    " parameters have gradients that are partial over TP (", partial_over_tp.front()->name,
                    ", ...) but no tensor-parallel group was given");
-    all_reduce_grads(ctx, partial_over_tp, *groups.tensor_parallel);
+    all_reduce_packed(ctx, held_grads(ddp, partial_over_tp), *groups.tensor_parallel);
   }
   if (!shared_embedding.empty()) {
     MEGATRON_CHECK(groups.embedding != nullptr, "finalize_model_grads: ", shared_embedding.front()->name,
                    " is shared between pipeline stages but this rank is in no embedding group");
-    all_reduce_grads(ctx, shared_embedding, *groups.embedding);
+    all_reduce_packed(ctx, held_grads(ddp, shared_embedding), *groups.embedding);
   }
 }
 

@@ -11,7 +11,9 @@
 // The reductions are sums, so their order does not change the result; with the distributed optimizer only
 // this rank's shard of each bucket is meaningful after step 1, and steps 2-3 keep it so: the ranks of a TP group
 // have the same buffer layout, and a shared embedding has a bucket of its own on both pipeline stages
-// (param_and_grad_buffer.h), so each rank of a group owns the same shard positions of what is summed.
+// (param_and_grad_buffer.h), so each rank of a group owns the same shard positions of what is summed. With
+// FSDP's sharded gradients only those shard positions exist (DistributedDataParallel::held_grad), and steps 2-3
+// sum just them.
 #pragma once
 
 #include "megatron/comm/communicator.h"

@@ -19,6 +19,14 @@
 // Construction copies the current values and gradients into the buffers and rebinds the Parameters
 // (value and main_grad are reassigned to views; nothing else may hold the old tensors). Buffers live on
 // ctx's device; all work is queued on ctx's stream.
+//
+// Sharded storage (Megatron FSDP, BufferSharding): what persists of the gradients (sharding.grads) and/or the
+// values (sharding.params) is only this rank's shard of every bucket, the shards stored back to back in bucket
+// order; the whole bucket exists only while it is in use, as a tensor the caller allocates and binds
+// (bind_values / bind_grads make the bucket's Parameters' value / main_grad views of it; unbind_* leaves them
+// undefined). The ranges below map a global element range inside this rank's shard to its storage either way.
+// Units: with `unit_of_param` given, a bucket never spans two units (an FSDP unit: the parameters one
+// module group uses together), whatever bucket_size says.
 #pragma once
 
 #include <cstdint>
@@ -49,35 +57,67 @@ struct BufferLayout {
 // numels: elements of each parameter in model order. bucket_size: elements per bucket, 0 = one bucket.
 // shard_for_dp: DP size when the distributed optimizer shards the buckets (adds the padding), else 1.
 // own_bucket (per parameter, may be empty): with shard_for_dp > 1, the parameter gets a bucket of its own.
+// unit_of_param (per parameter, may be empty): a bucket closes where the unit changes.
 BufferLayout plan_buffer_layout(const std::vector<int64_t>& numels, int64_t bucket_size, int shard_for_dp,
-                                const std::vector<bool>& own_bucket = {});
+                                const std::vector<bool>& own_bucket = {}, const std::vector<int>& unit_of_param = {});
+
+// What persists only as this rank's shard of each bucket (see above); both need the distributed optimizer's
+// sharded buckets.
+struct BufferSharding {
+  bool grads = false;
+  bool params = false;
+};
 
 class ParamAndGradBuffer {
  public:
-  // All `params` share one dtype. distributed_optimizer: also move the values (see above).
+  // All `params` share one dtype. distributed_optimizer: also move the values (see above). `rank`: this rank's
+  // shard (sharded storage only). unit_of_param: as plan_buffer_layout's, parallel to `params`.
   ParamAndGradBuffer(Context& ctx, std::vector<nn::Parameter*> params, int64_t bucket_size, int dp_size,
-                     bool distributed_optimizer);
+                     bool distributed_optimizer, BufferSharding sharding = {}, int rank = 0,
+                     const std::vector<int>& unit_of_param = {});
 
   const BufferLayout& layout() const { return layout_; }
   const std::vector<nn::Parameter*>& params() const { return params_; }
   DType param_dtype() const { return param_dtype_; }
-  const Tensor& grads() const { return grads_; }    // [numel]
-  const Tensor& values() const { return values_; }  // [numel]; undefined without the distributed optimizer
+  const BufferSharding& sharding() const { return sharding_; }
+  // The whole buffers: [numel] (not with the corresponding sharded storage); values() is undefined without the
+  // distributed optimizer.
+  const Tensor& grads() const;
+  const Tensor& values() const;
   int dp_size() const { return dp_size_; }
 
   Tensor bucket_grads(size_t bucket) const;
   Tensor bucket_values(size_t bucket) const;
   // Elements [begin, end) of the buffer owned by DP rank `rank` in `bucket`.
   std::pair<int64_t, int64_t> shard(size_t bucket, int rank) const;
+  // Global elements [lo, hi) of the gradients / values, a view of where they persist: the whole buffer, or with
+  // sharded storage a range inside this rank's shard of one bucket (checked).
+  Tensor grads_range(int64_t lo, int64_t hi) const;
+  Tensor values_range(int64_t lo, int64_t hi) const;
+  // This rank's shard of a bucket: grads_range / values_range of shard(bucket, rank).
+  Tensor grad_shard(size_t bucket) const;
+  Tensor value_shard(size_t bucket) const;
+
+  // Sharded storage: the bucket's Parameters' values / main grads become views of `whole` ([bucket numel]), or
+  // undefined again.
+  void bind_values(size_t bucket, const Tensor& whole);
+  void unbind_values(size_t bucket);
+  void bind_grads(size_t bucket, const Tensor& whole);
+  void unbind_grads(size_t bucket);
 
   void zero_grads(Context& ctx);
 
  private:
+  Tensor storage_range(const Tensor& storage, bool sharded, int64_t lo, int64_t hi, const char* what) const;
+
   std::vector<nn::Parameter*> params_;
+  std::vector<std::vector<int64_t>> dims_;  // per parameter: its shape (its value may be unbound)
   DType param_dtype_ = DType::F32;
   int dp_size_ = 1;
+  int rank_ = 0;
+  BufferSharding sharding_;
   BufferLayout layout_;
-  Tensor grads_, values_;
+  Tensor grads_, values_;  // whole, or this rank's shards back to back (sharded storage)
 };
 
 }  // namespace megatron::distributed

@@ -25,7 +25,7 @@ SelfAttention::SelfAttention(Context& ctx, const std::string& name, const Transf
                  ": ", config.heads(), " heads and ", config.query_groups(), " query groups must be divisible by TP ",
                  tp.size());
   const int64_t P = tp.size(), qkv_rows = P * g_ * (n_ / g_ + 2) * d_;
-  linear_qkv = ColumnParallelLinear(ctx, name + ".linear_qkv", config.hidden(), qkv_rows, config.bias(),
+  linear_qkv = ColumnParallelLinear(ctx, name + ".linear_qkv", config.hidden(), qkv_rows, config.qkv_bias(),
                                     config.params_dtype, tp);
   linear_proj = RowParallelLinear(ctx, name + ".linear_proj", P * n_ * d_, config.hidden(), config.bias(),
                                   config.params_dtype, tp);

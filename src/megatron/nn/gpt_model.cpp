@@ -105,6 +105,8 @@ GPTModel::GPTModel(Context& ctx, const TransformerConfig& config, const parallel
   if (layout_.post_process) {
     final_layernorm.collect_parameters(head_group_);
     if (output_layer.defined()) head_group_.push_back(&output_layer);
+    head_uses_ = head_group_;
+    if (!output_layer.defined()) head_uses_.push_back(&output_weight());
   }
   init(ctx);
 }
@@ -115,6 +117,14 @@ void GPTModel::init(Context& ctx) {
   if (layout_.post_process) final_layernorm.init(ctx);
   // A tied copy draws the word embeddings' values: the same name, hence the same Philox stream.
   if (output_layer.defined()) init_normal(ctx, output_layer, config_.seed, config_.init_method_std);
+}
+
+std::vector<ParameterList> GPTModel::parameter_groups() {
+  std::vector<ParameterList> groups;
+  if (!embedding_group_.empty()) groups.push_back(embedding_group_);
+  groups.insert(groups.end(), layer_groups_.begin(), layer_groups_.end());
+  if (!head_group_.empty()) groups.push_back(head_group_);
+  return groups;
 }
 
 ParameterList GPTModel::parameters() {
@@ -154,6 +164,7 @@ ResidualStream GPTModel::embed(Context& ctx, StageSaved& saved, const StageInput
   Tensor embedded = ctx.empty({tp_.sp_rows(T), config_.hidden()}, config_.params_dtype);
   call_hook(options.hooks.before_forward, embedding_group_);
   EmbeddingSaved e = embedding.forward(ctx, embedded, input.tokens, options.training, offset, options.position);
+  call_hook(options.hooks.after_forward, embedding_group_);
   if (options.training) saved.embedding = std::move(e);
   return ResidualStream{embedded, Tensor()};
 }
@@ -179,7 +190,7 @@ StageOutput GPTModel::forward(Context& ctx, const StageInput& input, const Forwa
                                               : ResidualStream{input.hidden.view({rows, config_.hidden()}), Tensor()};
   stream = layers_forward(ctx, saved, std::move(stream), options, offset);
   if (layout_.post_process && !input.labels.defined()) {
-    out.logits = logits_forward(ctx, saved, stream);
+    out.logits = logits_forward(ctx, saved, stream, options.hooks);
     if (!options.training) saved.head.reset();
   } else if (layout_.post_process) {
     out.loss = head_forward(ctx, saved, stream, input, options);
@@ -216,6 +227,7 @@ ResidualStream GPTModel::layers_forward(Context& ctx, StageSaved& saved, Residua
     if (recomputed && int(i) == units[unit].first) saved.recomputed.push_back({.first = i});
     ResidualStream next;
     TransformerLayerSaved layer_saved = layers[i].forward(ctx, next, stream, pass);
+    call_hook(options.hooks.after_forward, layer_groups_[i]);
     if (recomputed) {
       RecomputedLayers& u = saved.recomputed.back();
       if (u.passes.empty()) u.input = layer_saved.input_norm.x;  // residual + branch, as the norm summed it
@@ -230,20 +242,24 @@ ResidualStream GPTModel::layers_forward(Context& ctx, StageSaved& saved, Residua
   return stream;
 }
 
-void GPTModel::recompute_unit_ending_at(Context& ctx, StageSaved& s, size_t last) const {
+void GPTModel::recompute_unit_ending_at(Context& ctx, StageSaved& s, size_t last, const ParamHooks& hooks) const {
   for (RecomputedLayers& u : s.recomputed) {
     if (u.first + u.passes.size() != last + 1 || !u.input.defined()) continue;
     ResidualStream stream{std::move(u.input), Tensor()};
     u.input = Tensor();
     for (size_t j = 0; j < u.passes.size(); ++j) {
       ResidualStream next;
+      call_hook(hooks.before_forward, layer_groups_[u.first + j]);
       s.layers[u.first + j] = layers[u.first + j].forward(ctx, next, stream, u.passes[j]);
+      call_hook(hooks.after_forward, layer_groups_[u.first + j]);
       stream = std::move(next);
     }
   }
 }
 
-Tensor GPTModel::logits_forward(Context& ctx, StageSaved& saved, const ResidualStream& stream) const {
+Tensor GPTModel::logits_forward(Context& ctx, StageSaved& saved, const ResidualStream& stream,
+                                const ParamHooks& hooks) const {
+  call_hook(hooks.before_forward, head_uses_);
   HeadSaved& head = saved.head.emplace();
   head.final_hidden = ctx.empty(stream.residual.shape(), config_.params_dtype);
   head.final_norm = norm_of_stream(ctx, final_layernorm, head.final_hidden, stream);
@@ -251,6 +267,7 @@ Tensor GPTModel::logits_forward(Context& ctx, StageSaved& saved, const ResidualS
   const Parameter& weight = output_weight();
   Tensor logits = ctx.empty({saved.batch * saved.seq, weight.value.dim(0)}, config_.params_dtype);
   column_parallel_linear_forward(ctx, tp_, logits, head.final_hidden, weight, nullptr);
+  call_hook(hooks.after_forward, head_uses_);
   return logits;
 }
 
@@ -262,8 +279,7 @@ Tensor GPTModel::head_forward(Context& ctx, StageSaved& saved, const ResidualStr
                  " tokens of the micro-batch");
   const DType st = config_.stats_dtype();
   const Tensor labels = input.labels.view({T}), mask = input.loss_mask.view({T});
-  call_hook(options.hooks.before_forward, head_group_);
-  Tensor logits = logits_forward(ctx, saved, stream);
+  Tensor logits = logits_forward(ctx, saved, stream, options.hooks);
   HeadSaved& head = *saved.head;
 
   Tensor losses = ctx.empty({T}, st), lse = ctx.empty({T}, st);
@@ -300,11 +316,13 @@ Tensor GPTModel::head_backward(Context& ctx, HeadSaved&& saved, const ParamHooks
   const int64_t rows = head.final_hidden.shape().rows(), h = config_.hidden();
   const DType dt = config_.params_dtype;
   // dlogits: this rank's vocabulary columns (the forward's fused cross-entropy).
+  call_hook(hooks.before_backward, head_uses_);
   Tensor dfinal = ctx.empty({rows, h}, dt);
   column_parallel_linear_backward(ctx, tp_, dfinal, head.dlogits, head.final_hidden, output_weight(), nullptr);
   head.dlogits = head.final_hidden = Tensor();
   Tensor dhidden = ctx.empty({rows, h}, dt);
   final_layernorm.backward(ctx, std::move(head.final_norm), dhidden, dfinal);
+  call_hook(hooks.after_backward, head_uses_);
   call_hook(hooks.grads_final, head_group_);
   return dhidden;
 }
@@ -325,15 +343,19 @@ Tensor GPTModel::backward(Context& ctx, StageSaved&& saved, const Tensor& doutpu
     dhidden = doutput.view({rows, h});
   }
   for (size_t i = layers.size(); i-- > 0;) {
-    recompute_unit_ending_at(ctx, s, i);
+    recompute_unit_ending_at(ctx, s, i, hooks);
     Tensor dprev = ctx.empty({rows, h}, config_.params_dtype);
+    call_hook(hooks.before_backward, layer_groups_[i]);
     layers[i].backward(ctx, std::move(s.layers[i]), dprev, dhidden);
+    call_hook(hooks.after_backward, layer_groups_[i]);
     call_hook(hooks.grads_final, layer_groups_[i]);
     dhidden = dprev;
   }
   if (!layout_.pre_process) return dhidden;
   MEGATRON_CHECK(s.embedding.has_value(), "GPTModel: the first stage's backward needs its forward's saved ids");
+  call_hook(hooks.before_backward, embedding_group_);
   embedding.backward(ctx, std::move(*s.embedding), dhidden);
+  call_hook(hooks.after_backward, embedding_group_);
   call_hook(hooks.grads_final, embedding_group_);
   return Tensor();
 }

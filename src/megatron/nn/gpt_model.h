@@ -70,15 +70,23 @@
 
 namespace megatron::nn {
 
-// Data-parallel overlap hooks (distributed/, optim/distributed_optimizer.h); empty = none. Each call names
-// the parameters of one module group: the embedding, one transformer layer, or the final norm with the
-// output layer.
-//   before_forward(params): forward is about to read their values (the distributed optimizer waits for
-//                           their all-gather here);
-//   grads_final(params):    backward has finished accumulating into their main_grads for this pass (the
-//                           tied word embeddings only after the embedding's backward).
+// Data-parallel hooks (distributed/, optim/distributed_optimizer.h); empty = none. Each call names the
+// parameters of one module group: the embedding, one transformer layer, or the final norm with the output
+// layer -- for the uses (before_/after_ hooks) the weight the logits are computed with, the tied word
+// embeddings included.
+//   before_forward(params):  forward is about to read their values (the distributed optimizer waits for their
+//                            all-gather here; FSDP gathers them); also before a recomputed forward;
+//   after_forward(params):   that forward has read them (FSDP may drop the gathered values);
+//   before_backward(params): backward is about to read their values and accumulate into their main_grads;
+//   after_backward(params):  it has (FSDP reduces this pass's gradients);
+//   grads_final(params):     backward has finished accumulating into their main_grads for this iteration's
+//                            last pass (each parameter once: the tied word embeddings after the embedding's
+//                            backward).
 struct ParamHooks {
   std::function<void(const ParameterList&)> before_forward;
+  std::function<void(const ParameterList&)> after_forward;
+  std::function<void(const ParameterList&)> before_backward;
+  std::function<void(const ParameterList&)> after_backward;
   std::function<void(const ParameterList&)> grads_final;
 };
 
@@ -180,6 +188,9 @@ class GPTModel {
   // Every trainable parameter of this stage once, in a stable order (embedding, layers, final norm, output
   // layer).
   ParameterList parameters();
+  // The same parameters by module group, each once: the embedding's, each layer's, the final norm's with the
+  // output layer (the groups the hooks name; FSDP's units).
+  std::vector<ParameterList> parameter_groups();
   const TransformerConfig& config() const { return config_; }
   const StageLayout& layout() const { return layout_; }
   bool is_whole_model() const { return layout_.pre_process && layout_.post_process; }
@@ -201,14 +212,14 @@ class GPTModel {
   ResidualStream embed(Context& ctx, StageSaved& saved, const StageInput& input, const ForwardOptions& options,
                        uint64_t dropout_offset) const;
   // The final norm and the output layer: this rank's logits [b * s, V / TP]; saved.head gets their inputs.
-  Tensor logits_forward(Context& ctx, StageSaved& saved, const ResidualStream& stream) const;
+  Tensor logits_forward(Context& ctx, StageSaved& saved, const ResidualStream& stream, const ParamHooks& hooks) const;
   // The stage's layers on `stream`, keeping what the backward needs in saved.layers (saved.recomputed for the
   // full recomputation's units); returns the last layer's output stream.
   ResidualStream layers_forward(Context& ctx, StageSaved& saved, ResidualStream stream, const ForwardOptions& options,
                                 uint64_t offset) const;
   // Full recomputation: when the backward reaches layer `last` and it ends a unit, the unit's forwards run again
   // from its saved input, filling in its layers' saved state.
-  void recompute_unit_ending_at(Context& ctx, StageSaved& s, size_t last) const;
+  void recompute_unit_ending_at(Context& ctx, StageSaved& s, size_t last, const ParamHooks& hooks) const;
   Tensor head_forward(Context& ctx, StageSaved& saved, const ResidualStream& stream, const StageInput& input,
                       const ForwardOptions& options) const;
   Tensor head_backward(Context& ctx, HeadSaved&& saved, const ParamHooks& hooks);
@@ -228,6 +239,7 @@ class GPTModel {
   mutable Tensor positions_;
   // The parameters of each module group the hooks name, gathered once.
   ParameterList embedding_group_, head_group_;
+  ParameterList head_uses_;  // head_group_ and, tied on this stage, the word embeddings the logits use
   std::vector<ParameterList> layer_groups_;
 };
 

@@ -14,6 +14,8 @@ DType main_grad_dtype(DType param_dtype) {
 
 Parameter make_parameter(Context& ctx, std::string name, const Shape& shape, DType dtype, bool no_weight_decay,
                          Placement placement) {
+  MEGATRON_CHECK(!name.empty(), "make_parameter: a parameter needs a name (its checkpoint key; an unnamed one "
+                                "reads as absent, Parameter::defined)");
   Parameter p;
   const Shape local(local_shape(shape.dims(), placement, name));
   p.name = std::move(name);

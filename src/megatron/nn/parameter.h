@@ -31,7 +31,10 @@ struct Parameter {
   bool no_weight_decay = false;
   Placement placement;
 
-  bool defined() const { return value.defined(); }
+  // Whether the module has this (optional) parameter at all -- not whether its value is bound: under FSDP's
+  // sharded parameters (distributed/distributed_data_parallel.h) the value exists only while its module group
+  // runs. make_parameter names every parameter it makes.
+  bool defined() const { return !name.empty(); }
 };
 
 using ParameterList = std::vector<Parameter*>;

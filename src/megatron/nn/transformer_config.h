@@ -34,6 +34,7 @@ struct TransformerConfig {
   double rotary_percent = 1.0;
   double rotary_base = 10000.0;
   bool add_bias_linear = true;
+  bool add_qkv_bias = false;  // a bias on linear_qkv even without add_bias_linear (Megatron's --add-qkv-bias, Qwen2)
   bool share_embeddings_and_output_weights = true;
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
@@ -55,6 +56,7 @@ struct TransformerConfig {
   int64_t head_dim() const { return kv_channels; }
   int64_t ffn() const { return ffn_hidden_size; }
   bool bias() const { return add_bias_linear; }
+  bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   bool tied() const { return share_embeddings_and_output_weights; }
   // Megatron's scaled init of the output projections (linear_proj, linear_fc2): std / sqrt(2 * num_layers).
   double output_layer_init_std() const;

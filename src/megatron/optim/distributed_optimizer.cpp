@@ -31,15 +31,15 @@ DistributedOptimizer::DistributedOptimizer(Context& ctx, distributed::Distribute
     const distributed::BufferLayout& layout = buffer.layout();
     for (size_t k = 0; k < layout.buckets.size(); ++k) {
       auto [s0, s1] = buffer.shard(k, rank);
-      grad_shards_.push_back(buffer.grads().slice(s0, s1));
+      grad_shards_.push_back(buffer.grad_shard(k));
       for (size_t e : layout.buckets[k].entries) {
         const distributed::BufferLayout::Entry& entry = layout.entries[e];
         const int64_t lo = std::max(entry.offset, s0), hi = std::min(entry.offset + entry.numel, s1);
         if (lo >= hi) continue;
-        ranges.push_back(AdamWParam{buffer.values().slice(lo, hi), buffer.grads().slice(lo, hi),
+        ranges.push_back(AdamWParam{buffer.values_range(lo, hi), buffer.grads_range(lo, hi),
                                     buffer.params()[entry.param]->no_weight_decay});
         param_ranges_.push_back({buffer.params()[entry.param], lo - entry.offset, hi - entry.offset});
-        param_grad_shards_.emplace_back(buffer.params()[entry.param], buffer.grads().slice(lo, hi));
+        param_grad_shards_.emplace_back(buffer.params()[entry.param], buffer.grads_range(lo, hi));
         shard_elements_ += hi - lo;
       }
     }
@@ -78,10 +78,10 @@ void DistributedOptimizer::gather(Context& ctx) {
   for (size_t b = 0; b < ddp_.buffers().size(); ++b) {
     const distributed::ParamAndGradBuffer& buffer = ddp_.buffers()[b];
     comm::Communicator& dp = ddp_.group(b);
+    if (buffer.sharding().params) continue;  // FSDP gathers each bucket where it is used
     // Forward order: the embedding sits in the last bucket.
     for (size_t k = buffer.layout().buckets.size(); k-- > 0;) {
-      auto [s0, s1] = buffer.shard(k, dp.rank());
-      dp.all_gather(buffer.bucket_values(k), buffer.values().slice(s0, s1), stream);
+      dp.all_gather(buffer.bucket_values(k), buffer.value_shard(k), stream);
 #if MEGATRON_WITH_CUDA
       if (streams_) {
         streams_->gathered[b][k]->record(stream);

@@ -18,6 +18,8 @@
 // the buckets holding the parameters about to be used, so the gathers overlap the next forward.
 // finish_param_gather() waits for all of them (before evaluation or checkpointing). On the CPU (MPI) the
 // gathers complete inside step(): overlap is accepted and changes nothing.
+// FSDP's sharded storage (distributed_data_parallel.h): the shards read and written are where the buffers keep
+// them; with sharded values step() gathers nothing (each bucket is gathered where it is used).
 #pragma once
 
 #include <memory>

@@ -34,18 +34,24 @@ WdIncrStyle parse_wd_incr_style(std::string_view name) {
 
 ParamSchedule schedule_from_arguments(const train::TrainingArguments& args) {
   ParamSchedule s;
-  s.init_lr = 0.0;
+  const int64_t gbs = args.global_batch_size;
+  const bool samples = args.iterations_from_samples;
+  s.init_lr = args.lr_warmup_init;
   s.max_lr = args.lr;
   s.min_lr = args.min_lr;
-  s.warmup_steps = args.lr_warmup_iters;
-  s.decay_steps = args.lr_decay_iters > 0 ? args.lr_decay_iters : args.train_iters;
+  s.decay_steps = samples ? (args.lr_decay_samples > 0 ? args.lr_decay_samples : args.train_samples)
+                          : (args.lr_decay_iters > 0 ? args.lr_decay_iters : args.train_iters) * gbs;
+  s.warmup_steps = args.lr_warmup_fraction >= 0 ? args.lr_warmup_fraction * double(s.decay_steps)
+                   : samples                    ? double(args.lr_warmup_samples)
+                                                : double(args.lr_warmup_iters * gbs);
   s.decay_style = parse_lr_decay_style(args.lr_decay_style);
-  s.wsd_decay_steps = args.lr_wsd_decay_iters;
+  s.wsd_decay_steps = samples ? args.lr_wsd_decay_samples : args.lr_wsd_decay_iters * gbs;
   s.wsd_decay_style = parse_wsd_decay_style(args.lr_wsd_decay_style);
-  s.start_wd = args.weight_decay;
-  s.end_wd = args.weight_decay;
-  s.wd_incr_steps = args.train_iters;
-  s.wd_incr_style = WdIncrStyle::Constant;
+  s.wd_incr_style = parse_wd_incr_style(args.weight_decay_incr_style);
+  const bool constant_wd = s.wd_incr_style == WdIncrStyle::Constant;
+  s.start_wd = constant_wd ? args.weight_decay : args.start_weight_decay;
+  s.end_wd = constant_wd ? args.weight_decay : args.end_weight_decay;
+  s.wd_incr_steps = samples ? args.train_samples : args.train_iters * gbs;
   return s;
 }
 
@@ -54,7 +60,7 @@ OptimizerParamScheduler::OptimizerParamScheduler(const ParamSchedule& s) : sched
   MEGATRON_CHECK(s.max_lr >= s.min_lr, "OptimizerParamScheduler: max_lr ", s.max_lr, " must be >= min_lr ", s.min_lr);
   MEGATRON_CHECK(s.init_lr <= s.max_lr, "OptimizerParamScheduler: init_lr ", s.init_lr, " must be <= max_lr ", s.max_lr);
   MEGATRON_CHECK(s.decay_steps > 0, "OptimizerParamScheduler: decay steps ", s.decay_steps, " must be positive");
-  MEGATRON_CHECK(s.warmup_steps >= 0 && s.warmup_steps < s.decay_steps, "OptimizerParamScheduler: warmup steps ",
+  MEGATRON_CHECK(s.warmup_steps >= 0 && s.warmup_steps < double(s.decay_steps), "OptimizerParamScheduler: warmup steps ",
                  s.warmup_steps, " must be in [0, decay steps ", s.decay_steps, ")");
   if (s.decay_style == LrDecayStyle::WSD)
     MEGATRON_CHECK(s.wsd_decay_steps >= 0, "OptimizerParamScheduler: WSD decay steps ", s.wsd_decay_steps,
@@ -73,16 +79,15 @@ OptimizerParamScheduler::OptimizerParamScheduler(const ParamSchedule& s) : sched
 double OptimizerParamScheduler::lr(double max_lr, double min_lr) const {
   const ParamSchedule& s = schedule_;
   const int64_t n = num_steps_;
-  if (s.warmup_steps > 0 && n <= s.warmup_steps)
-    return s.init_lr + (max_lr - s.init_lr) * double(n) / double(s.warmup_steps);
+  if (s.warmup_steps > 0 && double(n) <= s.warmup_steps) return s.init_lr + (max_lr - s.init_lr) * double(n) / s.warmup_steps;
   if (s.decay_style == LrDecayStyle::Constant) return max_lr;
   if (n > s.decay_steps) return min_lr;
   if (s.decay_style == LrDecayStyle::InverseSquareRoot) {
-    const double warmup = double(std::max<int64_t>(s.warmup_steps, 1));
+    const double warmup = std::max(s.warmup_steps, 1.0);
     const double steps = double(std::max<int64_t>(n, 1));
     return std::max(min_lr, max_lr * std::sqrt(warmup) / std::sqrt(steps));
   }
-  const double ratio = double(n - s.warmup_steps) / double(s.decay_steps - s.warmup_steps);
+  const double ratio = (double(n) - s.warmup_steps) / (double(s.decay_steps) - s.warmup_steps);
   double coeff = 1.0;
   switch (s.decay_style) {
     case LrDecayStyle::Linear: coeff = 1.0 - ratio; break;

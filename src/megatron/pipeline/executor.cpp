@@ -135,7 +135,14 @@ void Executor::forward(size_t i, const Step& s) {
   if (!layout.pre_process) in.hidden = take_received(inputs_, key, i, s, "input hidden state");
   nn::ForwardOptions options = run_.options(s.microbatch);
   options.training = options.training && !run_.forward_only;
-  if (i == points_.first_forward[size_t(s.chunk)]) options.hooks.before_forward = run_.hooks.before_first_forward;
+  options.hooks = run_.hooks.every_pass;
+  options.hooks.grads_final = nullptr;
+  if (i == points_.first_forward[size_t(s.chunk)] && run_.hooks.before_first_forward)
+    options.hooks.before_forward = [first = run_.hooks.before_first_forward,
+                                    every = run_.hooks.every_pass.before_forward](const nn::ParameterList& params) {
+      first(params);
+      if (every) every(params);
+    };
   nn::StageOutput out = [&] {
     TimelineScope span(run_.timeline, str_cat("forward ", label(key)), "compute");
     return chunk.forward(ctx_, in, options);
@@ -164,8 +171,8 @@ void Executor::backward(size_t i, const Step& s) {
   in_flight_.erase(it);
   const Tensor doutput =
       chunk.layout().post_process ? Tensor() : take_received(output_grads_, key, i, s, "output gradient");
-  nn::ParamHooks hooks;
-  if (i == points_.last_backward[size_t(s.chunk)]) hooks.grads_final = run_.hooks.grads_final;
+  nn::ParamHooks hooks = run_.hooks.every_pass;
+  hooks.grads_final = i == points_.last_backward[size_t(s.chunk)] ? run_.hooks.grads_final : nullptr;
   Tensor dinput = [&] {
     TimelineScope span(run_.timeline, str_cat("backward ", label(key)), "compute");
     return chunk.backward(ctx_, std::move(saved), doutput, hooks);

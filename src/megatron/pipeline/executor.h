@@ -8,7 +8,8 @@
 // rank holding the last stage). It also decides when the data-parallel overlap hooks fire:
 // ScheduleHooks::before_first_forward in the first forward of each chunk (the distributed optimizer's
 // parameter all-gather must have landed), grads_final in the last backward of each chunk (every gradient
-// bucket of the chunk is final then), after_first_forward once every chunk has had its first forward.
+// bucket of the chunk is final then), after_first_forward once every chunk has had its first forward, and
+// every_pass's hooks in every forward and backward (FSDP's gathers and reductions around each module group).
 //
 // Point to point (PipelineComm): activations travel on one communicator, gradients on another, both over the
 // pipeline group, so each kind keeps its own order between two ranks whatever the batches hold (at P = 2 the
@@ -33,6 +34,7 @@ struct ScheduleHooks {
   std::function<void(const nn::ParameterList&)> before_first_forward;
   std::function<void(const nn::ParameterList&)> grads_final;
   std::function<void()> after_first_forward;
+  nn::ParamHooks every_pass;  // its grads_final is not used (the one above is)
 };
 
 // The pipeline group's point-to-point channels (absent without pipelining).

@@ -7,6 +7,7 @@
 #include "megatron/parallel/pipeline_split.h"
 #include "megatron/train/fp8_arguments.h"
 #include "megatron/train/recompute_arguments.h"
+#include "megatron/train/schedule_arguments.h"
 #include "megatron/train/moe_arguments.h"
 
 namespace megatron::train {
@@ -26,6 +27,15 @@ int Arguments::padded_vocab_size() const {
   int multiple = model.make_vocab_size_divisible_by * parallel.tensor_model_parallel_size;
   if (multiple <= 0) return model.vocab_size;
   return (model.vocab_size + multiple - 1) / multiple * multiple;
+}
+
+bool Arguments::fsdp_shards_grads() const {
+  return parallel.use_megatron_fsdp && (parallel.data_parallel_sharding_strategy == "optim_grads" ||
+                                        parallel.data_parallel_sharding_strategy == "optim_grads_params");
+}
+
+bool Arguments::fsdp_shards_params() const {
+  return parallel.use_megatron_fsdp && parallel.data_parallel_sharding_strategy == "optim_grads_params";
 }
 
 namespace {
@@ -72,14 +82,21 @@ void resolve(Arguments& a) {
   if (m.num_query_groups == 0) m.num_query_groups = m.group_query_attention ? 1 : m.num_attention_heads;
   if (m.max_position_embeddings == 0) m.max_position_embeddings = m.seq_length;
   TrainingArguments& t = a.training;
-  if (t.global_batch_size == 0) t.global_batch_size = t.micro_batch_size * std::max(1, a.data_parallel_size());
-  if (t.lr_decay_iters == 0) t.lr_decay_iters = t.train_iters;
+  if (t.global_batch_size == 0) {
+    t.global_batch_size = t.micro_batch_size * std::max(1, a.data_parallel_size());
+    t.global_batch_size_defaulted = true;
+  }
+  resolve_schedule(a);  // --train-samples -> train_iters, the batch-size schedule, the weight-decay range
+  if (t.lr_decay_iters == 0 && t.train_samples == 0) t.lr_decay_iters = t.train_iters;
   // Megatron: "Disabling sequence parallelism because tensor model parallel size is 1".
   if (a.parallel.tensor_model_parallel_size == 1) {  // Megatron turns both off at TP 1: nothing to split
     a.parallel.sequence_parallel = false;
     a.parallel.tp_comm_overlap = false;
   }
   resolve_pipeline(a);
+  // Megatron FSDP shards the optimizer state under every strategy but no_shard.
+  if (a.parallel.use_megatron_fsdp && a.parallel.data_parallel_sharding_strategy != "no_shard")
+    a.parallel.use_distributed_optimizer = true;
   MoeArguments& e = a.moe;
   if (e.num_experts > 0 && e.moe_ffn_hidden_size == 0) e.moe_ffn_hidden_size = m.ffn_hidden_size;
   if (a.parallel.expert_tensor_parallel_size == 0)
@@ -127,6 +144,8 @@ void model_violations(const ModelArguments& m, Violations& v) {
   v.need(m.normalization == "LayerNorm" || m.normalization == "RMSNorm", "--normalization '", m.normalization,
          "' must be LayerNorm or RMSNorm");
   v.need(m.norm_epsilon > 0, "--norm-epsilon must be positive (got ", m.norm_epsilon, ")");
+  v.need(!m.no_position_embedding || m.position_embedding_type == "rope", "--no-position-embedding is deprecated "
+         "(Megatron's error outside rope): use --position-embedding-type none (or rope)");
   v.need(m.attention_dropout >= 0 && m.attention_dropout < 1, "--attention-dropout ", m.attention_dropout,
          " must be in [0, 1)");
   v.need(m.hidden_dropout >= 0 && m.hidden_dropout < 1, "--hidden-dropout ", m.hidden_dropout, " must be in [0, 1)");
@@ -136,19 +155,13 @@ void model_violations(const ModelArguments& m, Violations& v) {
 }
 
 void training_violations(const TrainingArguments& t, Violations& v) {
-  v.need(t.train_iters > 0, "--train-iters must be set to a positive value (got ", t.train_iters, ")");
+  v.need(t.train_iters > 0 || t.train_samples > 0, "--train-iters or --train-samples must be set to a positive value");
   v.need(t.lr > 0, "--lr must be set to a positive value (got ", t.lr, ")");
   v.need(t.micro_batch_size > 0, "--micro-batch-size must be positive (got ", t.micro_batch_size, ")");
   static const std::set<std::string> decay = {"constant", "linear", "cosine", "inverse-square-root", "WSD"};
   v.need(decay.count(t.lr_decay_style), "--lr-decay-style '", t.lr_decay_style,
          "' must be one of constant, linear, cosine, inverse-square-root, WSD");
   v.need(t.min_lr <= t.lr, "--min-lr ", t.min_lr, " must not exceed --lr ", t.lr);
-  // Megatron's OptimizerParamScheduler asserts warmup < decay steps for every style.
-  v.need(t.lr_warmup_iters < t.lr_decay_iters, "--lr-warmup-iters ", t.lr_warmup_iters,
-         " must be less than --lr-decay-iters ", t.lr_decay_iters, " (default: --train-iters)");
-  if (t.lr_decay_style == "WSD")
-    v.need(t.lr_wsd_decay_iters > 0, "--lr-decay-style WSD needs a positive --lr-wsd-decay-iters (got ",
-           t.lr_wsd_decay_iters, ")");
   v.need(!(t.bf16 && t.fp16), "--bf16 and --fp16 are mutually exclusive");
   v.need(t.device == "auto" || t.device == "cpu" || t.device == "cuda", "--device '", t.device,
          "' must be auto, cpu or cuda");
@@ -203,6 +216,11 @@ void parallel_violations(const Arguments& a, Violations& v) {
   }
   if (p.overlap_param_gather)
     v.need(p.use_distributed_optimizer, "--overlap-param-gather needs --use-distributed-optimizer");
+  // FSDP's sharded parameters exist whole only around their module's forward and backward; the expert bias is
+  // changed after the step, outside those windows.
+  v.need(!a.fsdp_shards_params() || !a.moe.moe_router_enable_expert_bias, "--data-parallel-sharding-strategy ",
+         "optim_grads_params keeps only shards of the parameters between their uses; --moe-router-enable-expert-bias ",
+         "updates the router bias outside them (not supported together: use optim_grads)");
   v.need(p.distributed_timeout_minutes > 0, "--distributed-timeout-minutes must be positive (got ",
          p.distributed_timeout_minutes, ")");
   v.need(p.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0 (got ", p.ddp_bucket_size, ")");
@@ -299,7 +317,7 @@ void checkpoint_and_data_violations(const Arguments& a, Violations& v) {
 }  // namespace
 
 std::vector<std::string> constraint_violations(const Arguments& a) {
-  std::vector<std::string> out;
+  std::vector<std::string> out = a.refused;
   Violations v(out);
   model_violations(a.model, v);
   training_violations(a.training, v);
@@ -310,6 +328,7 @@ std::vector<std::string> constraint_violations(const Arguments& a) {
   for (std::string& s : moe_violations(a)) out.push_back(std::move(s));
   for (std::string& s : fp8_violations(a)) out.push_back(std::move(s));
   for (std::string& s : recompute_violations(a)) out.push_back(std::move(s));
+  for (std::string& s : schedule_violations(a)) out.push_back(std::move(s));
   return out;
 }
 

@@ -30,6 +30,8 @@ struct ModelArguments {
   double norm_epsilon = 1e-5;
   bool untie_embeddings_and_output_weights = false;
   bool disable_bias_linear = false;
+  bool add_qkv_bias = false;         // biases on linear_qkv even with --disable-bias-linear (Qwen2)
+  bool no_position_embedding = false;  // Megatron's deprecated switch: only with rope, where it changes nothing
   double attention_dropout = 0.1;
   double hidden_dropout = 0.1;
   double init_method_std = 0.02;
@@ -107,6 +109,21 @@ struct TrainingArguments {
   std::string lr_wsd_decay_style = "exponential";  // WSD anneal shape: exponential | linear | cosine | minus_sqrt
   int64_t lr_wsd_decay_iters = 0;    // WSD anneal length, the last iterations of lr_decay_iters (required for WSD)
   double weight_decay = 0.01;
+  // Sample-based training and schedules (Megatron's; train/schedule_arguments.h has the rules). Megatron's
+  // None is 0 for the counts and -1 for the values that may legitimately be 0.
+  int64_t train_samples = 0;             // instead of --train-iters: train_iters is derived (resolve())
+  int64_t lr_decay_samples = 0;          // 0: --train-samples
+  int64_t lr_warmup_samples = 0;
+  double lr_warmup_fraction = -1;        // -1: not given; else the warmup is this fraction of the decay
+  double lr_warmup_init = 0.0;           // the warmup's first learning rate
+  int64_t lr_wsd_decay_samples = 0;
+  double start_weight_decay = -1;        // -1: not given (--weight-decay when the increment style is constant)
+  double end_weight_decay = -1;
+  std::string weight_decay_incr_style = "constant";  // constant | linear | cosine
+  std::vector<int> rampup_batch_size;    // start, increment, ramp-up samples (Megatron before its removal)
+  std::string step_batch_size_schedule;  // "THRESHOLD:BS ..." (thresholds in tokens; K/M/B/T suffixes)
+  bool iterations_from_samples = false;  // resolved: train_iters was derived from --train-samples
+  bool global_batch_size_defaulted = false;  // resolved: --global-batch-size was not given (mbs x DP)
   double clip_grad = 1.0;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
@@ -160,12 +177,16 @@ struct ParallelArguments {
   bool disable_tp_comm_split_rs = false;
   bool tp_comm_overlap_rs_dgrad = false;
   bool use_distributed_optimizer = false;
+  // Megatron FSDP: module-group buckets, and what of them persists only as 1/DP shards (Megatron's default
+  // strategy; with --use-megatron-fsdp every strategy but no_shard implies the distributed optimizer).
+  bool use_megatron_fsdp = false;
+  std::string data_parallel_sharding_strategy = "optim_grads_params";
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   double distributed_timeout_minutes = 10;  // a collective waiting longer ends the run (fractions allowed)
   int64_t ddp_bucket_size = 0;       // elements per gradient bucket; 0 = Megatron's max(40M, 1M x DP)
   bool accumulate_allreduce_grads_in_fp32 = false;  // accepted; gradients are always accumulated and reduced in fp32
-  std::string distributed_backend = "nccl";  // nccl on GPUs; CPU ranks always use MPI (gloo/mpi accepted)
+  std::string distributed_backend = "nccl";  // nccl on GPUs; CPU ranks: MPI, or sockets under torchrun
   int world_size = 1;                // from the launcher (MPI), not a flag
   // Pipeline parallelism (Megatron's names). The virtual size comes from at most one of the three flags;
   // 0 / -1 mean "not given".
@@ -193,6 +214,10 @@ struct DataArguments {
   std::string merge_file;
   std::string tokenizer_model;
   std::string data_cache_path;
+  std::string yaml_cfg;                 // --yaml-cfg: the flags came from this file (train/yaml_config.h)
+  std::string tiktoken_pattern = "v2";  // TikTokenizer (as preprocess_data)
+  int64_t tiktoken_num_special_tokens = 0;
+  std::vector<std::string> tiktoken_special_tokens;
 };
 
 struct CheckpointArguments {
@@ -207,6 +232,7 @@ struct CheckpointArguments {
   bool async_save = false;
   int keep_last = 0;       // --keep-last N (Megatron has no retention flag); 0 keeps every checkpoint
   bool load_fallback_to_intact = false;  // ours: resume from the newest intact checkpoint when --load's is not
+  bool use_checkpoint_args = false;  // the model arguments come from --load's checkpoint (trainer/pretrain.cpp)
 };
 
 struct Arguments {
@@ -218,9 +244,15 @@ struct Arguments {
   MoeArguments moe;
   Fp8Arguments fp8;
   RecomputeArguments recompute;
+  // Flags given that this build refuses, one sentence each ("--flag value: why; what to use instead"), listed
+  // among the constraint violations so that every problem is reported at once.
+  std::vector<std::string> refused;
 
   int data_parallel_size() const;
   int padded_vocab_size() const;  // vocab_size rounded up to make_vocab_size_divisible_by * TP
+  // --use-megatron-fsdp's --data-parallel-sharding-strategy: gradients / parameters persist only as shards.
+  bool fsdp_shards_grads() const;
+  bool fsdp_shards_params() const;
   int num_micro_batches() const;  // per iteration on each data-parallel rank: GBS / (MBS x DP)
 };
 

@@ -3,113 +3,28 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
+#include <optional>
 #include <sstream>
 
 #include "megatron/core/error.h"
+#include "megatron/train/flag_spec.h"
+#include "megatron/train/yaml_config.h"
 
 namespace megatron::train {
 namespace {
 
-// One flag: how to store a value into Arguments and read it back for printing.
-struct FlagSpec {
-  std::string name;  // "--hidden-size"
-  bool takes_value = true;
-  bool takes_list = false;
-  std::vector<std::string> choices;
-  std::string help;
-  // Stores `value` (empty for switches); returns an error text or "".
-  std::function<std::string(Arguments&, const std::string& value)> set;
-  std::function<std::string(const Arguments&)> get;
-};
-
-template <class T>
-std::string parse_number(const std::string& text, T& out) {
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  if constexpr (std::is_floating_point_v<T>) {
-    // from_chars for double is in libstdc++ 11+; strtod keeps scientific notation like 3.0e-4 simple.
-    char* stop = nullptr;
-    errno = 0;
-    double v = std::strtod(text.c_str(), &stop);
-    if (text.empty() || stop != text.c_str() + text.size() || errno == ERANGE) return "a number";
-    out = T(v);
-    return "";
-  } else {
-    auto [ptr, ec] = std::from_chars(begin, end, out);
-    if (ec != std::errc() || ptr != end) return "an integer";
-    return "";
-  }
+// A flag kept in Arguments whose validation refuses it (with `reason`, a part of the violation's sentence).
+FlagSpec refused_by_validation(FlagSpec f, std::string reason) {
+  f.status = FlagStatus::Refused;
+  f.reason = std::move(reason);
+  return f;
 }
 
-template <class Group, class T>
-FlagSpec flag(std::string name, Group Arguments::*group, T Group::*field, std::string help,
-              std::vector<std::string> choices = {}) {
-  FlagSpec f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.choices = std::move(choices);
-  if constexpr (std::is_same_v<T, bool>) {
-    f.takes_value = false;
-    f.set = [group, field](Arguments& a, const std::string&) {
-      (a.*group).*field = true;
-      return std::string();
-    };
-    f.get = [group, field](const Arguments& a) { return std::string((a.*group).*field ? "True" : "False"); };
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    f.set = [group, field](Arguments& a, const std::string& v) {
-      (a.*group).*field = v;
-      return std::string();
-    };
-    f.get = [group, field](const Arguments& a) { return (a.*group).*field; };
-  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
-    f.takes_list = true;
-    f.set = [group, field](Arguments& a, const std::string& v) {
-      int parsed = 0;
-      std::string expected = parse_number(v, parsed);
-      if (!expected.empty()) return str_cat("expects integers, got '", v, "'");
-      ((a.*group).*field).push_back(parsed);
-      return std::string();
-    };
-    f.get = [group, field](const Arguments& a) {
-      std::string s;
-      for (int x : (a.*group).*field) s += (s.empty() ? "" : " ") + std::to_string(x);
-      return s;
-    };
-  } else if constexpr (std::is_same_v<T, std::vector<double>>) {
-    f.takes_list = true;
-    f.set = [group, field](Arguments& a, const std::string& v) {
-      double parsed = 0;
-      std::string expected = parse_number(v, parsed);
-      if (!expected.empty()) return str_cat("expects numbers, got '", v, "'");
-      ((a.*group).*field).push_back(parsed);
-      return std::string();
-    };
-    f.get = [group, field](const Arguments& a) {
-      std::string s;
-      for (double x : (a.*group).*field) s += (s.empty() ? "" : " ") + str_cat(x);
-      return s;
-    };
-  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-    f.takes_list = true;
-    f.set = [group, field](Arguments& a, const std::string& v) {
-      ((a.*group).*field).push_back(v);
-      return std::string();
-    };
-    f.get = [group, field](const Arguments& a) {
-      std::string s;
-      for (const auto& x : (a.*group).*field) s += (s.empty() ? "" : " ") + x;
-      return s;
-    };
-  } else {
-    f.set = [group, field](Arguments& a, const std::string& v) {
-      T parsed{};
-      std::string expected = parse_number(v, parsed);
-      if (!expected.empty()) return str_cat("expects ", expected, ", got '", v, "'");
-      (a.*group).*field = parsed;
-      return std::string();
-    };
-    f.get = [group, field](const Arguments& a) { return str_cat((a.*group).*field); };
-  }
+// A second spelling of `target` (the guides' --fp8 for --fp8-format): same field, not listed in the args.
+FlagSpec alias_flag(FlagSpec f, const std::string& target) {
+  f.help = "alias of " + target;
+  f.reason = "the guides' spelling of " + target;
+  f.in_args = false;
   return f;
 }
 
@@ -144,6 +59,10 @@ std::vector<FlagSpec> model_flags() {
       flag("--untie-embeddings-and-output-weights", &A::model, &M::untie_embeddings_and_output_weights,
            "separate output layer"),
       flag("--disable-bias-linear", &A::model, &M::disable_bias_linear, "no biases in linear layers"),
+      flag("--add-qkv-bias", &A::model, &M::add_qkv_bias,
+           "biases on the query, key and value projections only (Qwen2), also with --disable-bias-linear"),
+      flag("--no-position-embedding", &A::model, &M::no_position_embedding,
+           "deprecated by Megatron: accepted with --position-embedding-type rope (where it changes nothing)"),
       flag("--attention-dropout", &A::model, &M::attention_dropout, "dropout on attention probabilities"),
       flag("--hidden-dropout", &A::model, &M::hidden_dropout, "dropout on the residual branches"),
       flag("--init-method-std", &A::model, &M::init_method_std, "std of the normal initialisation"),
@@ -187,8 +106,10 @@ std::vector<FlagSpec> training_flags() {
            "them on the CPU"),
       flag("--optimizer-offload-fraction", &A::training, &T::optimizer_offload_fraction,
            "with --optimizer-cpu-offload: the fraction of the parameters (whole tensors, in order) offloaded"),
-      flag("--overlap-cpu-optimizer-d2h-h2d", &A::training, &T::overlap_cpu_optimizer_d2h_h2d,
-           "overlap the offloaded update's transfers (refused: not implemented yet)"),
+      refused_by_validation(flag("--overlap-cpu-optimizer-d2h-h2d", &A::training, &T::overlap_cpu_optimizer_d2h_h2d,
+                                 "overlap the offloaded update's transfers"),
+                            "not supported yet: the offloaded update copies its gradients and parameters between the "
+                            "backward and the next forward; drop the flag"),
       flag("--use-precision-aware-optimizer", &A::training, &T::use_precision_aware_optimizer,
            "accepted (Megatron needs it with --optimizer-cpu-offload): this AdamW always keeps fp32 masters"),
       flag("--seed", &A::training, &T::seed, "random seed"),
@@ -274,6 +195,7 @@ std::vector<FlagSpec> fp8_flags() {
       flag("--fp8-format", &A::fp8, &F8::fp8_format,
            "train the transformer layers' linears in FP8: e4m3 everywhere, or hybrid (e5m2 output gradients)",
            {"e4m3", "hybrid"}),
+      alias_flag(flag("--fp8", &A::fp8, &F8::fp8_format, "", {"e4m3", "hybrid"}), "--fp8-format"),
       flag("--fp8-recipe", &A::fp8, &F8::fp8_recipe,
            "scaling: delayed (amax history), tensorwise (current scaling); blockwise, mxfp8 and custom are refused here",
            {"delayed", "tensorwise", "blockwise", "mxfp8", "custom"}),
@@ -282,10 +204,13 @@ std::vector<FlagSpec> fp8_flags() {
       flag("--fp8-amax-history-len", &A::fp8, &F8::fp8_amax_history_len, "delayed scaling: amaxes kept per tensor"),
       flag("--fp8-amax-compute-algo", &A::fp8, &F8::fp8_amax_compute_algo,
            "delayed scaling: the history's newest amax or its maximum", {"most_recent", "max"}),
-      flag("--fp8-param-gather", &A::fp8, &F8::fp8_param_gather,
-           "keep the compute weights in FP8 and all-gather them in FP8 (distributed optimizer)"),
-      flag("--no-fp8-wgrad", &A::fp8, &F8::no_fp8_wgrad,
-           "Megatron: the weight-gradient GEMM in higher precision (refused: it always runs in FP8 here)"),
+      refused_by_validation(flag("--fp8-param-gather", &A::fp8, &F8::fp8_param_gather,
+                                 "keep the compute weights in FP8 and all-gather them in FP8 (distributed optimizer)"),
+                            "not implemented yet: the FP8 weights are cast once per iteration from the bf16 parameters, "
+                            "which the distributed optimizer all-gathers in bf16; drop the flag"),
+      refused_by_validation(flag("--no-fp8-wgrad", &A::fp8, &F8::no_fp8_wgrad,
+                                 "Megatron: the weight-gradient GEMM in higher precision"),
+                            "not supported: the weight-gradient GEMM always runs in FP8 here"),
       flag("--first-last-layers-bf16", &A::fp8, &F8::first_last_layers_bf16,
            "keep the first and last layers' linears in bf16 (not with --fp8-recipe delayed)"),
       flag("--num-layers-at-start-in-bf16", &A::fp8, &F8::num_layers_at_start_in_bf16,
@@ -381,6 +306,14 @@ std::vector<FlagSpec> parallel_flags() {
            "with TP > 1: norms, dropout and the residual stream hold 1/TP of the tokens (all-gather before, "
            "reduce-scatter after the parallel layers); ignored at TP 1, as in Megatron"),
       flag("--use-distributed-optimizer", &A::parallel, &P::use_distributed_optimizer, "shard optimizer state over DP"),
+      flag("--use-megatron-fsdp", &A::parallel, &P::use_megatron_fsdp,
+           "Megatron FSDP: gradient buckets per module group (embedding, each layer, output head), sharded over DP "
+           "as --data-parallel-sharding-strategy says (the distributed optimizer's checkpoint layout)"),
+      flag("--data-parallel-sharding-strategy", &A::parallel, &P::data_parallel_sharding_strategy,
+           "with --use-megatron-fsdp, what persists only as 1/DP shards: no_shard (nothing), optim (the optimizer "
+           "state), optim_grads (and the gradients, reduce-scattered per module group in every backward), "
+           "optim_grads_params (and the parameters, all-gathered per module group around each use)",
+           {"no_shard", "optim", "optim_grads", "optim_grads_params"}),
       flag("--tp-comm-overlap", &A::parallel, &P::tp_comm_overlap,
            "with --sequence-parallel: pipeline the TP all-gathers and reduce-scatters with the GEMMs, chunk by chunk"),
       flag("--tp-comm-overlap-rs-dgrad", &A::parallel, &P::tp_comm_overlap_rs_dgrad,
@@ -395,7 +328,8 @@ std::vector<FlagSpec> parallel_flags() {
       flag("--distributed-timeout-minutes", &A::parallel, &P::distributed_timeout_minutes,
            "a collective waiting longer reports the rank, group and sizes and ends the run (fractions allowed)"),
       flag("--distributed-backend", &A::parallel, &P::distributed_backend,
-           "collectives of GPU ranks (CPU ranks always use MPI; gloo is taken to mean MPI)", {"nccl", "mpi", "gloo"}),
+           "collectives of GPU ranks (CPU ranks use MPI, or TCP sockets under torchrun: gloo and mpi mean that)",
+           {"nccl", "mpi", "gloo"}),
   };
 }
 
@@ -405,12 +339,22 @@ std::vector<FlagSpec> data_flags() {
       flag("--data-path", &A::data, &D::data_path, "[weight] prefix pairs"),
       flag("--split", &A::data, &D::split, "train,valid,test proportions"),
       flag("--mock-data", &A::data, &D::mock_data, "synthetic data"),
-      flag("--tokenizer-type", &A::data, &D::tokenizer_type, "tokenizer",
-           {"GPT2BPETokenizer", "HuggingFaceTokenizer", "TikTokenizer", "SentencePieceTokenizer", "NullTokenizer"}),
+      flag("--tokenizer-type", &A::data, &D::tokenizer_type,
+           "tokenizer (Llama3Tokenizer: Llama 3's tiktoken tokenizer.model with its pattern and 256 special tokens; "
+           "Llama2Tokenizer: a sentencepiece model, as GPTSentencePieceTokenizer)",
+           {"GPT2BPETokenizer", "HuggingFaceTokenizer", "TikTokenizer", "Llama3Tokenizer", "SentencePieceTokenizer",
+            "GPTSentencePieceTokenizer", "Llama2Tokenizer", "NullTokenizer"}),
+      flag("--tiktoken-pattern", &A::data, &D::tiktoken_pattern, "TikTokenizer: the pre-tokenisation pattern", {"v1", "v2"}),
+      flag("--tiktoken-num-special-tokens", &A::data, &D::tiktoken_num_special_tokens,
+           "TikTokenizer: special tokens before the ranks (Megatron's layout; 0: after the ranks, as tiktoken files hold them)"),
+      flag("--tiktoken-special-tokens", &A::data, &D::tiktoken_special_tokens, "TikTokenizer: the special tokens"),
       flag("--vocab-file", &A::data, &D::vocab_file, "vocab.json"),
       flag("--merge-file", &A::data, &D::merge_file, "merges.txt"),
       flag("--tokenizer-model", &A::data, &D::tokenizer_model, "tokenizer model file"),
       flag("--data-cache-path", &A::data, &D::data_cache_path, "where dataset indices are cached"),
+      flag("--yaml-cfg", &A::data, &D::yaml_cfg,
+           "Megatron's YAML configuration instead of the command line (top-level arguments, language_model and "
+           "model_parallel sections; train/yaml_config.h)"),
   };
 }
 
@@ -436,13 +380,16 @@ std::vector<FlagSpec> checkpoint_flags() {
            "ours: check every shard of --load's checkpoint before loading it (one extra read, shared by the ranks); "
            "when one is missing, cut short or corrupt, resume from the newest intact older checkpoint instead of "
            "stopping"),
+      flag("--use-checkpoint-args", &A::checkpoint, &C::use_checkpoint_args,
+           "take the model's arguments (architecture, vocabulary, MoE) from the --load checkpoint's saved args"),
   };
 }
 
 const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = [] {
     std::vector<FlagSpec> all;
-    for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &tp_comm_overlap_switches, &training_flags, &parallel_flags, &data_flags, &checkpoint_flags})
+    for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &tp_comm_overlap_switches, &training_flags,
+                       &schedule_flags, &parallel_flags, &data_flags, &checkpoint_flags, &compat_flags})
       for (FlagSpec& f : group()) all.push_back(std::move(f));
     return all;
   }();
@@ -478,7 +425,31 @@ std::string nearest_flag(const std::string& unknown) {
   return best_distance <= limit ? best : "";
 }
 
+// --yaml-cfg FILE stands for the whole command line (train/yaml_config.h): its flags, or an error when other
+// flags are given too (Megatron would ignore them).
+std::optional<std::vector<std::string>> yaml_command_line(const std::vector<std::string>& argv) {
+  std::string path;
+  std::vector<std::string> others;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i] == "--yaml-cfg" && i + 1 < argv.size()) path = argv[++i];
+    else if (argv[i].rfind("--yaml-cfg=", 0) == 0) path = argv[i].substr(11);
+    else if (argv[i].rfind("--", 0) == 0) others.push_back(argv[i]);
+  }
+  if (path.empty()) return std::nullopt;
+  if (!others.empty()) {
+    std::string list;
+    for (const std::string& o : others) list += (list.empty() ? "" : " ") + o;
+    MEGATRON_FAIL("--yaml-cfg ", path, " replaces the whole command line (Megatron ignores the other arguments); "
+                  "move these into the file: ", list);
+  }
+  return yaml_config_flags(path);
+}
+
 Arguments parse_arguments(const std::vector<std::string>& argv) {
+  if (const auto from_yaml = yaml_command_line(argv)) {
+    Arguments args = parse_arguments(*from_yaml);
+    return args;
+  }
   Arguments args;
   std::vector<std::string> problems;
   const auto& table = flag_table();
@@ -546,6 +517,7 @@ std::string flags_help() {
     os << "  " << f.name;
     if (f.takes_value) os << (f.takes_list ? " VALUE..." : " VALUE");
     os << "\n      " << f.help;
+    if (f.status != FlagStatus::Supported) os << (f.help.empty() ? "" : " ") << "[" << flag_status_name(f.status) << ": " << f.reason << "]";
     if (!f.choices.empty()) {
       os << " {";
       for (size_t i = 0; i < f.choices.size(); ++i) os << (i ? ", " : "") << f.choices[i];
@@ -569,7 +541,8 @@ std::string flag_key(const std::string& flag_name) {
 
 std::vector<std::pair<std::string, std::string>> argument_values(const Arguments& args) {
   std::vector<std::pair<std::string, std::string>> rows;
-  for (const FlagSpec& f : flag_table()) rows.emplace_back(flag_key(f.name), f.get(args));
+  for (const FlagSpec& f : flag_table())
+    if (f.in_args) rows.emplace_back(flag_key(f.name), f.get(args));
   return rows;
 }
 
@@ -597,6 +570,14 @@ std::vector<std::string> flags_for_values(const std::vector<std::pair<std::strin
       break;
     }
   return argv;
+}
+
+std::vector<FlagStatusRow> flag_statuses() {
+  std::vector<FlagStatusRow> rows;
+  for (const FlagSpec& f : flag_table())
+    rows.push_back({f.name, flag_status_name(f.status),
+                    f.status == FlagStatus::Supported && f.reason.empty() ? f.help : f.reason, f.takes_value, f.takes_list});
+  return rows;
 }
 
 std::string describe_arguments(const Arguments& args) {

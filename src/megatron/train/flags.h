@@ -30,6 +30,14 @@ std::string describe_arguments(const Arguments& args);
 std::vector<std::pair<std::string, std::string>> argument_values(const Arguments& args);
 std::vector<std::string> flags_for_values(const std::vector<std::pair<std::string, std::string>>& values);
 
+// Every flag pretrain_gpt knows with its status: "supported" (Megatron's meaning), "no-op" (accepted, changes
+// nothing here: `reason` says why) or "refused" (`reason` says why and what to use instead), in --help order.
+struct FlagStatusRow {
+  std::string name, status, reason;
+  bool takes_value = true, takes_list = false;
+};
+std::vector<FlagStatusRow> flag_statuses();
+
 // The known flag closest to `unknown` (edit distance), or "" when none is close.
 std::string nearest_flag(const std::string& unknown);
 // Levenshtein distance (insertions, deletions, substitutions of bytes).

@@ -32,6 +32,7 @@ nn::TransformerConfig transformer_config(ModelArguments args, DType dtype, uint6
   c.rotary_percent = m.rotary_percent;
   c.rotary_base = m.rotary_base;
   c.add_bias_linear = !m.disable_bias_linear;
+  c.add_qkv_bias = m.add_qkv_bias;
   c.share_embeddings_and_output_weights = !m.untie_embeddings_and_output_weights;
   c.hidden_dropout = m.hidden_dropout;
   c.attention_dropout = m.attention_dropout;
@@ -127,6 +128,7 @@ ModelArguments model_arguments(const nn::TransformerConfig& c) {
   m.rotary_percent = c.rotary_percent;
   m.rotary_base = c.rotary_base;
   m.disable_bias_linear = !c.add_bias_linear;
+  m.add_qkv_bias = c.add_qkv_bias;
   m.untie_embeddings_and_output_weights = !c.share_embeddings_and_output_weights;
   m.hidden_dropout = c.hidden_dropout;
   m.attention_dropout = c.attention_dropout;

@@ -56,7 +56,9 @@ TrainingData::TrainingData(const train::Arguments& args, int64_t eod_token) {
   const auto& t = args.training;
   const int64_t gbs = t.global_batch_size;
   const int64_t eval_runs = t.eval_interval > 0 ? t.train_iters / t.eval_interval + 1 : 0;
-  const std::array<int64_t, data::kNumSplits> targets = {t.train_iters * gbs, eval_runs * t.eval_iters * gbs,
+  // Megatron's get_train_valid_test_num_samples: --train-samples when training counts samples.
+  const int64_t train_samples = t.iterations_from_samples ? t.train_samples : t.train_iters * gbs;
+  const std::array<int64_t, data::kNumSplits> targets = {train_samples, eval_runs * t.eval_iters * gbs,
                                                          t.eval_iters * gbs};
   data::GPTDatasetConfig config;
   config.random_seed = uint64_t(t.seed);

@@ -1,7 +1,7 @@
 // Where training and validation samples come from: Megatron's GPTDataset over --data-path, blended
 // (BlendedDataset) when several prefixes are given ("0.7 A 0.3 B", or "A B" weighted by the components'
 // sizes), or the mock dataset (--mock-data), with Megatron's sample counts per split
-// (train = train_iters * GBS; valid = (train_iters // eval_interval + 1) * eval_iters * GBS; test = eval_iters * GBS).
+// (train = train_iters * GBS, or --train-samples; valid = (train_iters // eval_interval + 1) * eval_iters * GBS; test = eval_iters * GBS).
 //
 // A SampleStream hands out consecutive samples of one split as a host I64 tensor [n, seq_len + 1] and
 // counts what it consumed (what a resume needs). Samples are read in Megatron's order.

@@ -117,6 +117,7 @@ struct ChunkCost {
   double head_backward = 0;  // the head's backward: a hidden-state gradient, and on CUDA the first iteration's
                              // GEMM-autotuning scratch of the output layer's weight gradient (fp32 [V / TP, h])
   std::vector<double> params;  // every parameter tensor's elements
+  double largest_group = 0;    // elements of the largest module group (embedding, a layer, the head): FSDP's unit
   double fp8_params = 0;
 };
 
@@ -127,12 +128,18 @@ ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::C
   if (first) {  // the embedding's parameters come first in the model's order
     c.params.push_back(x.V / x.t * x.h);
     if (x.position_table > 0) c.params.push_back(x.position_table);
+    c.largest_group = x.V / x.t * x.h + x.position_table;
   }
   std::vector<double> saved(size_t(layers.num_layers));
   for (int i = 0; i < layers.num_layers; ++i) {
     const bool in_fp8 = fp8.enabled && fp8.fp8_layer(layers.first_layer + i, L);
     saved[size_t(i)] = layer_saved(x, in_fp8, recompute.selective_mlp());
-    for (double p : layer_param_tensors(x)) c.params.push_back(p);
+    double layer = 0;
+    for (double p : layer_param_tensors(x)) {
+      c.params.push_back(p);
+      layer += p;
+    }
+    c.largest_group = std::max(c.largest_group, layer);
     if (in_fp8) c.fp8_params += linear_weights(x);
   }
   std::vector<bool> recomputed(saved.size(), false);
@@ -155,6 +162,7 @@ ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::C
     c.params.insert(c.params.end(), x.layernorm ? 2 : 1, x.h);
     const bool own_output = a.model.untie_embeddings_and_output_weights || !first;
     if (own_output) c.params.push_back(x.V / x.t * x.h);
+    c.largest_group = std::max(c.largest_group, (x.layernorm ? 2 : 1) * x.h + x.V / x.t * x.h);
     c.head_backward = x.tensor(x.T, x.h, x.e);
     if (x.cuda && !a.training.deterministic_mode) c.head_backward += x.tensor(x.V / x.t, x.h, 4);
   }
@@ -162,21 +170,25 @@ ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::C
 }
 
 // The model state of a rank as the allocator counts it: the parameters' values and main gradients in the
-// data-parallel buffers (one allocation each; per-parameter values without the distributed optimizer), the
-// optimizer's fp32 masters (bf16/fp16 parameters) and two moments per parameter (its shard's range with the
-// distributed optimizer; the offloaded fraction in host memory), cuBLASLt's workspace on CUDA.
+// data-parallel buffers (one allocation each; per-parameter values without the distributed optimizer; FSDP's
+// sharded strategies keep 1/DP of them plus one module group's whole values, and its gradients in the backward,
+// while it runs), the optimizer's fp32 masters (bf16/fp16 parameters) and two moments per parameter (its shard's
+// range with the distributed optimizer; the offloaded fraction in host memory), cuBLASLt's workspace on CUDA.
 struct ModelState {
   double weights = 0, main_grads = 0, optimizer = 0, optimizer_host = 0;
 };
 
-ModelState model_state(const train::Arguments& a, const Dims& x, const std::vector<double>& params, int dp_cp) {
+ModelState model_state(const train::Arguments& a, const Dims& x, const std::vector<double>& params, int dp_cp,
+                       double largest_group) {
   ModelState m;
   double total = 0;
   for (double p : params) total += p;
   const bool distributed = a.parallel.use_distributed_optimizer;
   const double shard = distributed ? double(dp_cp) : 1.0;
-  m.main_grads = x.bytes(4 * total);
-  if (distributed) {
+  m.main_grads = a.fsdp_shards_grads() ? x.bytes(4 * total / shard) + x.bytes(4 * largest_group) : x.bytes(4 * total);
+  if (a.fsdp_shards_params()) {
+    m.weights = x.bytes(x.e * total / shard) + x.bytes(x.e * largest_group);
+  } else if (distributed) {
     m.weights = x.bytes(x.e * total);
   } else {
     for (double p : params) m.weights += x.bytes(x.e * p);
@@ -255,15 +267,16 @@ MemoryPlan plan_memory(const train::Arguments& a) {
     r.pipeline_rank = rank;
     std::vector<ChunkCost> chunks;
     std::vector<double> params;
-    double fp8_params = 0;
+    double fp8_params = 0, largest_group = 0;
     for (int c = 0; c < V; ++c) {
       chunks.push_back(chunk_cost(a, x, split.chunks[size_t(rank)][size_t(c)], rank == 0 && c == 0,
                                   rank == P - 1 && c == V - 1, fp8, recompute));
       params.insert(params.end(), chunks.back().params.begin(), chunks.back().params.end());
       fp8_params += chunks.back().fp8_params;
+      largest_group = std::max(largest_group, chunks.back().largest_group);
       r.activations_per_microbatch += chunks.back().saved;
     }
-    const ModelState m = model_state(a, x, params, dp_cp);
+    const ModelState m = model_state(a, x, params, dp_cp, largest_group);
     r.weights = m.weights;
     r.main_grads = m.main_grads;
     r.optimizer = m.optimizer;

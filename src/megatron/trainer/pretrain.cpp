@@ -1,5 +1,6 @@
 #include "megatron/trainer/pretrain.h"
 
+#include "megatron/trainer/checkpoint_args.h"
 #include "megatron/trainer/layout_search.h"
 #include "megatron/trainer/memory_plan.h"
 
@@ -36,6 +37,9 @@ int64_t tokenizer_vocabulary(train::Arguments& args) {
     tc.vocab_file = args.data.vocab_file;
     tc.merge_file = args.data.merge_file;
     tc.tokenizer_model = args.data.tokenizer_model;
+    tc.tiktoken_pattern = args.data.tiktoken_pattern;
+    tc.tiktoken_num_special_tokens = args.data.tiktoken_num_special_tokens;
+    tc.tiktoken_special_tokens = args.data.tiktoken_special_tokens;
     if (args.model.vocab_size > 0) tc.vocab_size = args.model.vocab_size;
     const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(tc);
     args.model.vocab_size = int(tokenizer->vocab_size());
@@ -51,29 +55,34 @@ int64_t configure_vocabulary(train::Arguments& args) {
 }
 
 // The local rank's GPU (ranks of a node take its GPUs in turn), or the CPU.
-Device pick_device(const std::string& requested, const comm::MpiRuntime& mpi) {
+Device pick_device(const std::string& requested, const comm::DistributedRuntime& runtime) {
   if (requested == "cpu") return Device::cpu();
   const int count = cuda_device_count();
   if (requested != "cuda" && count == 0) return Device::cpu();
   MEGATRON_CHECK(count > 0, "--device cuda: no CUDA device is visible");
-  MEGATRON_CHECK(mpi.world_size() == 1 || mpi.local_size() <= count, mpi.local_size(),
-                 " ranks run on this node but it has ", count, " visible GPU(s); launch one rank per GPU");
-  return Device::cuda(mpi.local_rank() % count);
+  if (runtime.world_size() == 1) return Device::cuda(0);
+  MEGATRON_CHECK(runtime.local_size() <= count, runtime.local_size(), " ranks run on this node but it has ", count,
+                 " visible GPU(s); launch one rank per GPU");
+  MEGATRON_CHECK(runtime.local_rank() < count, "local rank ", runtime.local_rank(), " (", runtime.local_rank_origin(),
+                 ") has no GPU: this node has ", count, " visible GPU(s) (CUDA_VISIBLE_DEVICES); launch one rank per GPU");
+  return Device::cuda(runtime.local_rank());
 }
 
-// The world communicator: NCCL between GPU ranks (bootstrapped over MPI), MPI between CPU ranks, none for a
-// world of one.
-std::shared_ptr<comm::Communicator> make_world(const comm::MpiRuntime& mpi, Device device, const train::Arguments& args) {
+// The world communicator: NCCL between GPU ranks (its id broadcast over the launch's CPU world), the CPU world
+// itself between CPU ranks (MPI under mpirun/srun, sockets under torchrun), none for a world of one.
+std::shared_ptr<comm::Communicator> make_world(const comm::DistributedRuntime& runtime, Device device,
+                                               const train::Arguments& args) {
   const auto timeout = comm::timeout_from_minutes(args.parallel.distributed_timeout_minutes);
-  if (mpi.world_size() == 1) return std::make_shared<comm::SelfCommunicator>(device, "world", timeout);
-  std::unique_ptr<comm::Communicator> mpi_world = mpi.world(timeout);
-  if (device.is_cpu()) return mpi_world;
+  if (runtime.world_size() == 1) return std::make_shared<comm::SelfCommunicator>(device, "world", timeout);
+  std::unique_ptr<comm::Communicator> cpu_world = runtime.world(timeout);
+  if (device.is_cpu()) return cpu_world;
   MEGATRON_CHECK(args.parallel.distributed_backend == "nccl", "--distributed-backend ",
-                 args.parallel.distributed_backend, ": GPU ranks communicate through NCCL (MPI carries CPU tensors)");
+                 args.parallel.distributed_backend, ": GPU ranks communicate through NCCL (",
+                 cpu_world->backend(), " carries CPU tensors)");
 #if MEGATRON_WITH_NCCL
-  return comm::NcclCommunicator::create(*mpi_world, device.index, "world", timeout, mpi.world_rank());
+  return comm::NcclCommunicator::create(*cpu_world, device.index, "world", timeout, runtime.world_rank());
 #else
-  MEGATRON_FAIL("this build has no NCCL (not found at configure time), so ", mpi.world_size(),
+  MEGATRON_FAIL("this build has no NCCL (not found at configure time), so ", runtime.world_size(),
                 " GPU ranks cannot communicate; rebuild with NCCL or train with --device cpu");
 #endif
 }
@@ -149,12 +158,14 @@ std::unique_ptr<TrainingData> load_data(const train::Arguments& args, int64_t eo
 
 }  // namespace
 
-int pretrain(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) {
+int pretrain(const std::vector<std::string>& argv, const comm::DistributedRuntime& runtime) {
   train::Arguments args = train::parse_arguments(argv);
-  args.parallel.world_size = mpi.world_size();
+  args.parallel.world_size = runtime.world_size();
+  for (const std::string& change : apply_checkpoint_args(args))  // --use-checkpoint-args
+    if (runtime.world_rank() == 0) std::cout << "--use-checkpoint-args: " << change << "\n";
   if (args.training.dry_run_layouts > 0) {  // the flags' model and batch on other layouts: validated per candidate
     tokenizer_vocabulary(args);
-    if (mpi.world_rank() == 0) {
+    if (runtime.world_rank() == 0) {
       const int gpus = args.training.dry_run_layouts;
       const double gpu_bytes = args.training.dry_run_gpu_memory * double(1ull << 30);
       std::cout << describe(search_layouts(args, gpus, gpu_bytes), args, gpus, gpu_bytes);
@@ -165,17 +176,19 @@ int pretrain(const std::vector<std::string>& argv, const comm::MpiRuntime& mpi) 
     args.parallel.world_size = args.training.dry_run_world_size;
   const int64_t eod = configure_vocabulary(args);
   if (args.training.dry_run) {  // nothing is allocated: the plan from the flags alone
-    if (mpi.world_rank() == 0) std::cout << train::describe_arguments(args) << describe(plan_memory(args), args);
+    if (runtime.world_rank() == 0) std::cout << train::describe_arguments(args) << describe(plan_memory(args), args);
     return 0;
   }
 
-  const Device device = pick_device(args.training.device, mpi);
+  const Device device = pick_device(args.training.device, runtime);
   const std::unique_ptr<Context> ctx = Context::create(device);
-  configure_cpu_threads(args.training.cpu_threads, mpi.local_size());  // --cpu-threads, else a share of the node
+  configure_cpu_threads(args.training.cpu_threads, runtime.local_size());  // --cpu-threads, else a share of the node
   ctx->set_deterministic(args.training.deterministic_mode);
-  const std::shared_ptr<comm::Communicator> world = make_world(mpi, device, args);
+  const std::shared_ptr<comm::Communicator> world = make_world(runtime, device, args);
   const parallel::ParallelContext parallel = parallel::ParallelContext::create(world, parallel_sizes(args.parallel));
-  if (world->rank() == 0) std::cout << train::describe_arguments(args) << parallel.describe() << std::flush;
+  if (world->rank() == 0)
+    std::cout << train::describe_arguments(args) << "launch: " << runtime.describe() << "\n"
+              << parallel.describe() << std::flush;
 
   RunCheckpoints checkpoints(*ctx, args, *world);
   const std::vector<std::unique_ptr<nn::GPTModel>> owned_chunks = build_model_chunks(

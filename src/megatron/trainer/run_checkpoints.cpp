@@ -107,6 +107,7 @@ int64_t RunCheckpoints::load(SampleStream& train, SampleStream& valid) {
   checkpoint::CheckpointReader reader = checkpoint::CheckpointReader::open(preview_->directory);
   const auto t0 = std::chrono::steady_clock::now();
   checkpoint::LoadedTraining loaded;
+  trainer_->acquire_params_for_checkpoint();
   try {
     loaded = checkpoint::load_training_checkpoint(ctx_, reader, state_, args_.checkpoint);
   } catch (const Error& e) {
@@ -115,6 +116,7 @@ int64_t RunCheckpoints::load(SampleStream& train, SampleStream& valid) {
     throw Error(str_cat(e.what(), "\n",
                         checkpoint::intact_checkpoint_hint(args_.checkpoint.load, preview_->iteration)));
   }
+  trainer_->release_params_after_checkpoint(/*loaded=*/true);
   train.set_consumed(loaded.consumed_train_samples);
   valid.set_consumed(loaded.consumed_valid_samples);
   const auto [bytes, seconds] = totals(double(loaded.bytes), seconds_since(t0));
@@ -144,9 +146,13 @@ void RunCheckpoints::save(int64_t iteration, const SampleStream& train, const Sa
   state_.consumed_train_samples = train.consumed();
   state_.consumed_valid_samples = valid.consumed();
   const auto t0 = std::chrono::steady_clock::now();
-  trainer_->finish_param_gather();  // the snapshot reads the parameters (--overlap-param-gather)
+  trainer_->acquire_params_for_checkpoint();  // the snapshot reads the parameters
   const checkpoint::SaveReport report = checkpoint::save_training_checkpoint(
       ctx_, flags.save, state_, flags, flags.async_save ? &async_saver_ : nullptr, {}, &world_);
+  // FSDP's gathered parameters go back to the allocator here, so the copy stream must have read them before
+  // ctx's stream reuses the memory.
+  if (flags.async_save && args_.fsdp_shards_params()) async_saver_.order_before_update(ctx_);
+  trainer_->release_params_after_checkpoint(/*loaded=*/false);
   const auto [bytes, seconds] = totals(double(report.bytes), seconds_since(t0));
   report_save(iteration, report, bytes, seconds);
   last_saved_ = iteration;

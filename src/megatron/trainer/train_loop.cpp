@@ -46,8 +46,10 @@ int64_t TrainLoop::run(int64_t start_iteration) {
   ctx_.synchronize();
   model_state_bytes_ = ctx_.allocator().stats().allocated_bytes;
   ctx_.allocator().reset_peak_stats();  // the peak reported is the training steps' (not init's transients)
+  int64_t batch = trainer_.global_batch_size(streams_.train.consumed());
   for (int64_t iteration = start_iteration + 1; iteration <= t.train_iters; ++iteration) {
     last = iteration;
+    save_when_batch_grows(iteration, batch);
     // The external profiler's window (Nsight Systems / Compute with capture ranges): GPU runs only.
     if (t.profile && ctx_.is_cuda() && iteration == t.profile_step_start) cuda_profiler_start();
     if (t.profile && ctx_.is_cuda() && iteration == t.profile_step_end) cuda_profiler_stop();
@@ -75,6 +77,18 @@ int64_t TrainLoop::run(int64_t start_iteration) {
   return last;
 }
 
+// Megatron saves a checkpoint before the first iteration whose number of micro-batches differs from the
+// previous one's (a batch-size ramp-up or step schedule), so that a run can restart at the new size.
+void TrainLoop::save_when_batch_grows(int64_t iteration, int64_t& batch) {
+  const int64_t next = trainer_.global_batch_size(streams_.train.consumed());
+  const int64_t done = iteration - 1, interval = args_.checkpoint.save_interval;
+  if (next != batch && done > 0 && !args_.checkpoint.save.empty() && (interval <= 0 || done % interval != 0)) {
+    if (last_rank_) std::cout << "global batch size changes from " << batch << " to " << next << ": saving\n";
+    checkpoints_.save(done, streams_.train, streams_.valid);
+  }
+  batch = next;
+}
+
 void TrainLoop::log(int64_t iteration, const StepResult& r, double seconds) {
   const train::TrainingArguments& t = args_.training;
   interval_loss_ += r.loss;
@@ -91,11 +105,11 @@ void TrainLoop::log(int64_t iteration, const StepResult& r, double seconds) {
   line.train_iters = t.train_iters;
   line.consumed_samples = streams_.train.consumed();
   line.seconds_per_iteration = per_iter;
-  line.tflops_per_gpu = train::tflops_per_gpu(args_, t.global_batch_size, per_iter);
+  line.tflops_per_gpu = train::tflops_per_gpu(args_, r.global_batch_size, per_iter);
   line.tokens_per_second_per_gpu =
-      double(t.global_batch_size) * args_.model.seq_length / per_iter / double(world_.size());
+      double(r.global_batch_size) * args_.model.seq_length / per_iter / double(world_.size());
   line.learning_rate = r.learning_rate;
-  line.global_batch_size = t.global_batch_size;
+  line.global_batch_size = r.global_batch_size;
   line.lm_loss = interval_loss_ / double(interval_iters_);
   line.extra_losses = trainer_.moe_losses(interval_iters_);
   line.loss_scale = trainer_.loss_scaler() ? trainer_.loss_scaler()->scale() : 1.0;

@@ -46,6 +46,8 @@ class TrainLoop {
   void print_memory_once(int64_t iteration);
   void print_evaluation(const std::string& where, double loss) const;
   bool should_exit(int64_t iteration);
+  // Saves iteration - 1 when the global batch of `iteration` differs from `batch` (then updated).
+  void save_when_batch_grows(int64_t iteration, int64_t& batch);
   bool profiling(int64_t iteration) const;
   void report_profile();
 

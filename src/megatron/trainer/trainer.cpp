@@ -24,6 +24,7 @@ Trainer::Trainer(Context& ctx, const train::Arguments& args, nn::GPTModel& model
       own_parallel_(std::make_unique<parallel::ParallelContext>(parallel::ParallelContext::single(ctx.device()))),
       parallel_(own_parallel_.get()),
       scheduler_(optim::schedule_from_arguments(args.training)),
+      batch_schedule_(train::BatchSizeSchedule::from_arguments(args)),
       scaler_(optim::make_loss_scaler(args.training)) {
   setup();
 }
@@ -39,6 +40,7 @@ Trainer::Trainer(Context& ctx, const train::Arguments& args, std::vector<nn::GPT
       chunks_(std::move(chunks)),
       parallel_(&parallel),
       scheduler_(optim::schedule_from_arguments(args.training)),
+      batch_schedule_(train::BatchSizeSchedule::from_arguments(args)),
       scaler_(optim::make_loss_scaler(args.training)) {
   setup();
 }
@@ -66,15 +68,25 @@ void Trainer::setup() {
         pipeline::PipelineComm::create(*parallel_->pp().comm, !p.no_overlap_p2p_communication));
   MEGATRON_CHECK(args_.data_parallel_size() == dp, "Trainer: the arguments give a data-parallel size of ",
                  args_.data_parallel_size(), " (world size ", p.world_size, ") but the parallel context has DP ", dp);
-  num_micro_batches_ = int(t.global_batch_size / (int64_t(t.micro_batch_size) * dp));
+  num_micro_batches_ = int(batch_schedule_.global_batch_size(0) / (int64_t(t.micro_batch_size) * dp));
 
   // The gradient buffers first: they rebind the parameters the optimizer then refers to.
+  // Megatron FSDP (no_shard is plain DDP): a bucket per module group, sharded by the strategy.
+  const bool fsdp = p.use_megatron_fsdp && p.data_parallel_sharding_strategy != "no_shard";
   distributed::DataParallelConfig ddp_config{.overlap_grad_reduce = p.overlap_grad_reduce,
                                           .use_distributed_optimizer = p.use_distributed_optimizer,
                                           .bucket_size = p.ddp_bucket_size,
-                                          .grads_prescaled = true};
+                                          .grads_prescaled = true,
+                                          .overlap_param_gather = p.overlap_param_gather,
+                                          .fsdp = fsdp,
+                                          .shard_grads = args_.fsdp_shards_grads(),
+                                          .shard_params = args_.fsdp_shards_params()};
+  std::vector<nn::ParameterList> units;
+  if (fsdp)
+    for (nn::GPTModel* chunk : chunks_)
+      for (nn::ParameterList& group : chunk->parameter_groups()) units.push_back(std::move(group));
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(ctx_, parameters(), *parallel_->dp_cp().comm, ddp_config,
-                                                                parallel_->expert_dp().comm.get());
+                                                                parallel_->expert_dp().comm.get(), units);
   {  // every rank must join the expert norm reductions when any rank (pipeline stage) holds experts
     const nn::ParameterList params = parameters();
     double any[1] = {std::any_of(params.begin(), params.end(), [](auto* q) { return q->placement.expert; }) ? 1.0 : 0.0};
@@ -190,8 +202,9 @@ optim::GradStatsGroups Trainer::grad_stats_groups() const {
   return groups;
 }
 
-std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only) {
-  const int M = num_micro_batches_;
+std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only,
+                                               int num_micro_batches) {
+  const int M = num_micro_batches;
   const uint64_t dp = uint64_t(parallel_->dp_size()), dp_rank = uint64_t(parallel_->dp().rank());
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   const bool reads_data = holds_data_stage();
@@ -225,6 +238,24 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
       .hooks = {},
       .p2p = p2p_.get(),
       .timeline = timeline_};
+  const distributed::DataParallelConfig& dp_config = ddp_->config();
+  if (dp_config.shard_params || dp_config.shard_grads) {  // FSDP: gather and reduce around every use
+    nn::ParamHooks& every = run.hooks.every_pass;
+    every.before_forward = [this](const nn::ParameterList& l) {
+      ddp_->acquire_params(ctx_, l);
+      ddp_->prefetch_params(ctx_, l, /*forward=*/true);
+    };
+    every.after_forward = [this](const nn::ParameterList& l) { ddp_->release_params(ctx_, l); };
+    every.before_backward = [this](const nn::ParameterList& l) {
+      ddp_->acquire_params(ctx_, l);
+      ddp_->prefetch_params(ctx_, l, /*forward=*/false);
+      ddp_->begin_grads(ctx_, l);
+    };
+    every.after_backward = [this](const nn::ParameterList& l) {
+      ddp_->end_grads(ctx_, l);
+      ddp_->release_params(ctx_, l);
+    };
+  }
   if (!forward_only) {
     if (dist_optimizer_ && args_.parallel.overlap_param_gather)  // wait for each bucket's all-gather before its first use
       run.hooks.before_first_forward = [this](const nn::ParameterList& l) { dist_optimizer_->wait_for_params(ctx_, l); };
@@ -250,8 +281,10 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
 
 StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   StepResult r;
+  r.global_batch_size = batch_schedule_.global_batch_size(train_data.consumed());
+  num_micro_batches_ = int(r.global_batch_size / (int64_t(args_.training.micro_batch_size) * parallel_->dp_size()));
   ddp_->zero_grads(ctx_);
-  const std::vector<Tensor> losses = run_micro_batches(train_data, iteration, /*forward_only=*/false);
+  const std::vector<Tensor> losses = run_micro_batches(train_data, iteration, /*forward_only=*/false, num_micro_batches_);
   {
     TimelineScope span(timeline_, "finalize grads", "grad-reduce");
     distributed::finalize_model_grads(ctx_, *ddp_, parameters(),
@@ -280,7 +313,7 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
       dist_optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip);
     else
       optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip);
-    scheduler_.step(1);
+    scheduler_.step(r.global_batch_size);  // Megatron counts the schedule in samples
   }
   // FP8: the iteration's amaxes become the next scales (delayed scaling; reduced over the stage's TP x DP x CP
   // ranks, Transformer Engine's amax group), and the weights' FP8 copies are recast from the updated weights.
@@ -312,6 +345,16 @@ void Trainer::finish_param_gather() {
   if (dist_optimizer_) dist_optimizer_->finish_param_gather(ctx_);
 }
 
+void Trainer::acquire_params_for_checkpoint() {
+  finish_param_gather();
+  ddp_->acquire_all_params(ctx_);
+}
+
+void Trainer::release_params_after_checkpoint(bool loaded) {
+  if (loaded) ddp_->store_params(ctx_);
+  ddp_->release_all_params(ctx_);
+}
+
 double Trainer::evaluate(SampleStream& data) {
   if (dist_optimizer_) dist_optimizer_->finish_param_gather(ctx_);
   // FP8 evaluation casts with the training scales but records no amaxes; the weights it casts are dropped
@@ -320,8 +363,10 @@ double Trainer::evaluate(SampleStream& data) {
     if (chunk->fp8_state()) chunk->fp8_state()->set_recording(false);
   double sum = 0;
   int64_t count = 0;
+  // Megatron evaluates global batches of --global-batch-size (its eval_global_batch_size default).
+  const int M = args_.num_micro_batches();
   for (int64_t it = 0; it < args_.training.eval_iters; ++it)
-    for (const Tensor& loss : run_micro_batches(data, 0, /*forward_only=*/true)) {  // each read in turn, summed in double
+    for (const Tensor& loss : run_micro_batches(data, 0, /*forward_only=*/true, M)) {  // each read in turn, summed in double
       if (!loss.defined()) continue;  // not the last pipeline stage
       sum += read_scalar(ctx_, loss);
       ++count;

@@ -48,6 +48,7 @@
 #include "megatron/distributed/distributed_data_parallel.h"
 #include "megatron/parallel/parallel_context.h"
 #include "megatron/train/arguments.h"
+#include "megatron/train/batch_size_schedule.h"
 #include "megatron/trainer/batches.h"
 
 namespace megatron::trainer {
@@ -58,6 +59,7 @@ struct StepResult {
   std::optional<double> grad_norm;  // none when skipped
   bool skipped = false;             // inf/nan gradients (fp16): no update
   bool nan_loss = false;
+  int64_t global_batch_size = 0;    // this iteration's (a batch-size schedule changes it)
 };
 
 class Trainer {
@@ -80,7 +82,11 @@ class Trainer {
   // Mean loss over eval_iters global batches of `data` (no gradients, no dropout), averaged over DP.
   double evaluate(SampleStream& data);
 
+  // The micro-batches per data-parallel rank of the last training iteration (of the first before any).
   int num_micro_batches() const { return num_micro_batches_; }
+  // The global batch of the iteration that starts after `consumed_samples` (--rampup-batch-size,
+  // --step-batch-size-schedule; else --global-batch-size).
+  int64_t global_batch_size(int64_t consumed_samples) const { return batch_schedule_.global_batch_size(consumed_samples); }
   const optim::OptimizerParamScheduler& scheduler() const { return scheduler_; }
   const optim::LossScaler* loss_scaler() const { return scaler_.get(); }
   // Checkpoints save and restore these. optimizer(): the AdamW in use -- the replicated one, or the
@@ -90,6 +96,11 @@ class Trainer {
   // Makes ctx's stream wait for the parameter all-gathers still in flight (--overlap-param-gather), as
   // evaluation does; a checkpoint snapshot reads the parameters.
   void finish_param_gather();
+  // Around a checkpoint save or load, which read or write every Parameter: the gathers above finished and, with
+  // FSDP's sharded parameters, the whole model gathered; after it released again (after a load, `loaded`: the
+  // loaded values written back to this rank's shards first).
+  void acquire_params_for_checkpoint();
+  void release_params_after_checkpoint(bool loaded);
   optim::OptimizerParamScheduler& mutable_scheduler() { return scheduler_; }
   optim::LossScaler* mutable_loss_scaler() { return scaler_.get(); }
   const parallel::ParallelContext& parallel() const { return *parallel_; }
@@ -119,8 +130,8 @@ class Trainer {
   nn::StageInput upload(const HostMicroBatch& mb);
   // This rank's next micro-batch of `data` (Megatron's sampler slicing).
   Tensor next_micro_batch(SampleStream& data);
-  // The schedule over this iteration's micro-batches of `data`; returns each micro-batch's loss.
-  std::vector<Tensor> run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only);
+  // The schedule over `num_micro_batches` micro-batches of `data`; returns each micro-batch's loss.
+  std::vector<Tensor> run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only, int num_micro_batches);
   // The mean of the micro-batch losses (the last stage's), averaged over DP; every rank gets the same value.
   double mean_loss(const std::vector<Tensor>& losses);
   // The last pipeline stage's value on every rank, averaged over DP.
@@ -145,6 +156,7 @@ class Trainer {
   std::unique_ptr<optim::DistributedOptimizer> dist_optimizer_;
   bool model_has_experts_ = false;  // on any rank: the expert gradients' norm is reduced over the expert groups  // or sharded (--use-distributed-optimizer)
   optim::OptimizerParamScheduler scheduler_;
+  train::BatchSizeSchedule batch_schedule_;
   std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<pipeline::PipelineComm> p2p_;  // with PP > 1
   Timeline* timeline_ = nullptr;

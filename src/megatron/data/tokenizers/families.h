@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "megatron/core/error.h"
 #include "megatron/data/tokenizers/tokenizer.h"
@@ -13,6 +14,8 @@ namespace megatron::data::detail {
 
 // GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer (regex_family.cpp: PCRE2 and nlohmann_json).
 std::unique_ptr<Tokenizer> make_regex_tokenizer(const TokenizerConfig& config);
+// Llama 3's special tokens in id order (256, after its 128000 ranks), for Llama3Tokenizer.
+std::vector<std::string> llama3_special_tokens();
 // SentencePieceTokenizer, GPTSentencePieceTokenizer (sentencepiece_tokenizer.cpp: libsentencepiece).
 std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const TokenizerConfig& config);
 

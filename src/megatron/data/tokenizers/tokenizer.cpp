@@ -24,15 +24,15 @@ namespace megatron::data {
 namespace {
 
 struct Family {
-  std::array<std::string_view, 3> types;  // its --tokenizer-type names ("" pads)
+  std::array<std::string_view, 4> types;  // its --tokenizer-type names ("" pads)
   std::unique_ptr<Tokenizer> (*make)(const TokenizerConfig&);  // nullptr: not in this build
   const char* missing;
 };
 
 constexpr Family kFamilies[] = {
-    {{"GPT2BPETokenizer", "HuggingFaceTokenizer", "TikTokenizer"}, MEGATRON_REGEX_MAKER,
+    {{"GPT2BPETokenizer", "HuggingFaceTokenizer", "TikTokenizer", "Llama3Tokenizer"}, MEGATRON_REGEX_MAKER,
      MEGATRON_TOKENIZERS_REGEX_MISSING},
-    {{"SentencePieceTokenizer", "GPTSentencePieceTokenizer", ""}, MEGATRON_SENTENCEPIECE_MAKER,
+    {{"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer", ""}, MEGATRON_SENTENCEPIECE_MAKER,
      MEGATRON_TOKENIZERS_SENTENCEPIECE_MISSING},
 };
 
@@ -61,8 +61,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& c) {
     return f->make(c);
   }
   MEGATRON_FAIL("unknown --tokenizer-type ", quoted_bytes(c.type),
-                " (supported: GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, SentencePieceTokenizer, "
-                "GPTSentencePieceTokenizer, NullTokenizer)");
+                " (supported: GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, Llama3Tokenizer, "
+                "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, NullTokenizer)");
 }
 
 }  // namespace megatron::data
