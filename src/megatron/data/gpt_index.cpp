@@ -152,11 +152,13 @@ int64_t checked_sample_tokens(const GptIndices& x, const GptIndexRequest& r, int
     const int64_t length = r.sequence_lengths[size_t(x.document_index[size_t(d)])];
     const int64_t offset = d == begin_pos ? begin_offset : 0;
     const int64_t stop = d == end_pos ? end_offset + extra : length;
+    // Checked before the count: a window starting past its sequence's end would otherwise read 0 tokens and
+    // pass unnoticed (a valid row may start exactly at the end, after a sample that used the whole sequence).
+    MEGATRON_CHECK(offset <= length && stop <= length, what, ": sample_index row ", i, " or ", i + 1, " (sample ", i,
+                   ") reads tokens [", offset, ", ", stop, ") of sequence ", x.document_index[size_t(d)],
+                   ", which has ", length);
     const int64_t count = std::min(stop - offset, want - filled);
     if (count <= 0) continue;
-    MEGATRON_CHECK(offset + count <= length, what, ": sample_index row ", i, " or ", i + 1, " (sample ", i,
-                   ") reads tokens [", offset, ", ", offset + count, ") of sequence ", x.document_index[size_t(d)],
-                   ", which has ", length);
     filled += count;
   }
   return filled;
