@@ -22,6 +22,7 @@
 #include "megatron/checkpoint/shard_reader.h"
 #include "megatron/checkpoint/shard_writer.h"
 #include "megatron/checkpoint/snapshot_stager.h"
+#include "megatron/checkpoint/training_checkpoint.h"
 
 namespace megatron::checkpoint {
 namespace {
@@ -288,6 +289,34 @@ TEST(CheckpointIO, AKilledSaveLeavesThePreviousCheckpointLoadable) {
     const double v = first_value(root);
     EXPECT_TRUE(r.iteration() == 10 ? v == 10.0 : v == 30.0) << "iteration " << r.iteration() << " value " << v;
   }
+}
+
+// metadata.json fields found malformed by fuzz_checkpoint: errors naming the file and the field, not
+// std::invalid_argument (stoul) or nlohmann's type_error escaping from the state readers.
+TEST(CheckpointIO, MalformedMetadataFieldsAreNamed) {
+  fs::path root = testing::make_temp_dir("ckpt_metadata");
+  save_checkpoint(cpu(), root, 4, simple_items(4.0), {{"iteration", 4}, {"rng", {{"seed", 7}}}});
+  const fs::path meta = iteration_dir(root, 4) / kMetadataFile;
+  std::ifstream in(meta);
+  const std::string good(std::istreambuf_iterator<char>(in), {});
+  in.close();
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    std::ofstream(meta, std::ios::trunc) << text;
+  };
+  const size_t crc = good.find("\"crc32c\": \"0x");
+  ASSERT_NE(crc, std::string::npos);
+  with(good.substr(crc, 22), "\"crc32c\": \"zz\"");
+  testing::expect_error([&] { CheckpointReader::open(root); },
+                        {meta.string(), "has crc32c \"zz\"; expected 0x and up to 8 hex digits"});
+  with("\"seed\": 7", "\"seed\": \"seven\"");
+  testing::expect_error([&] { preview_checkpoint(root); },
+                        {meta.string(), "state.rng.seed must be a non-negative integer, got \"\\\"seven\\\"\""});
+  with("\"seed\": 7", "\"seed\": 7");
+  EXPECT_EQ(preview_checkpoint(root).seed, 7u);
 }
 
 TEST(CheckpointIO, IntactCheckpointsAreTellableFromDamagedOnes) {

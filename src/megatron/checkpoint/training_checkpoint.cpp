@@ -5,6 +5,7 @@
 
 #include "megatron/checkpoint/sharded_tensor.h"
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 #include "megatron/nn/parameter_shard.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/train/flags.h"
@@ -618,7 +619,11 @@ CheckpointPreview preview_checkpoint(const fs::path& root) {
   p.release = reader.is_release();
   p.state = reader.state();
   reading_state_of(p.directory, [&] {
-    if (p.state.contains("rng") && p.state["rng"].contains("seed")) p.seed = p.state["rng"]["seed"].get<uint64_t>();
+    if (!p.state.contains("rng") || !p.state["rng"].contains("seed")) return;
+    const nlohmann::json& seed = p.state["rng"]["seed"];
+    MEGATRON_CHECK(seed.is_number_unsigned(), "checkpoint metadata ", (p.directory / kMetadataFile).string(),
+                   ": state.rng.seed must be a non-negative integer, got ", quoted_bytes(seed.dump()));
+    p.seed = seed.get<uint64_t>();
   });
   return p;
 }
