@@ -87,7 +87,7 @@ std::vector<std::pair<std::string, int64_t>> read_ranks_file(const std::string& 
   buffer << in.rdbuf();
   const std::string content = buffer.str();
   const size_t first = content.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && content[first] == '[') return read_json_ranks(path);
+  if (first != std::string::npos && (content[first] == '[' || content[first] == '{')) return read_json_ranks(path);
   return parse_text_ranks(path, content);
 }
 
