@@ -161,7 +161,7 @@ std::vector<int64_t> apply_retention(const fs::path& root, int keep_last) {
     if (protected_iteration && its[i] == *protected_iteration) continue;
     // Renamed first (one atomic step), then deleted: a crash in the middle of the deletion leaves a hidden
     // .tmp directory, which the next save removes, never an iter_* directory with files missing.
-    const fs::path doomed = root / ("." + iteration_dir_name(its[i]) + ".deleted.tmp");
+    const fs::path doomed = root / str_cat(".", iteration_dir_name(its[i]), ".deleted.tmp");
     std::error_code ec;
     fs::rename(iteration_dir(root, its[i]), doomed, ec);
     MEGATRON_CHECK(!ec, "checkpoint: cannot rename ", iteration_dir(root, its[i]).string(), " to ", doomed.string(),
