@@ -4,7 +4,9 @@
 # everything is there already.
 #
 #   scripts/deps.sh           # to build, train and run the quickstart
-#   scripts/deps.sh --tests   # also what only tests use: torchrun (Debian's python3-torch), for scripts/test.sh
+#   scripts/deps.sh --tests   # also what only tests use: torchrun (Debian's python3-torch), for scripts/test.sh,
+#                             # and clang-19 with its runtime libraries (libFuzzer, ASan, UBSan) for
+#                             # scripts/robustness.sh
 set -euo pipefail
 WITH_TESTS=0
 [ "${1:-}" = "--tests" ] && WITH_TESTS=1
@@ -12,6 +14,9 @@ WITH_TESTS=0
 APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev
               libcli11-dev libpcre2-dev libicu-dev libopenmpi-dev openmpi-bin libsentencepiece-dev libyaml-cpp-dev
               python3-pip)
+# The sanitizer and fuzzing configuration (scripts/robustness.sh, run by scripts/test.sh) needs clang >= 15 with
+# its runtime libraries (libFuzzer, ASan, UBSan): Debian 12's clang-19.
+[ "$WITH_TESTS" = 1 ] && APT_PACKAGES+=(clang-19 libclang-rt-19-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
