@@ -5,15 +5,15 @@
 #   SECONDS_EACH=30 scripts/fuzz.sh       # each target for a fixed time instead (CI: scripts/robustness.sh)
 #   TARGETS="jsonl npy_cache" scripts/fuzz.sh
 #
-# BUILD_DIR (default build-fuzz) must hold the fuzz_* executables and fuzz-seeds/ (cmake --build BUILD_DIR
-# --target fuzz-all). Each target's new corpus and any finding go to $OUT_DIR/<target>/ (default
+# BUILD_DIR (default build-sanitize, the one scripts/robustness.sh configures) must hold the fuzz_* executables
+# and fuzz-seeds/ (cmake --build BUILD_DIR --target fuzz-all). Each target's new corpus and any finding go to $OUT_DIR/<target>/ (default
 # BUILD_DIR/fuzz-out). Prints one line per target: inputs run, seconds, inputs/s, corpus size, findings; exits
 # non-zero when any target found something (the crashing input and its log are kept; rerun a finding with
 # BUILD_DIR/fuzz/fuzz_<target> <input>).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD_DIR=${BUILD_DIR:-build-fuzz}
+BUILD_DIR=${BUILD_DIR:-build-sanitize}
 OUT_DIR=${OUT_DIR:-$BUILD_DIR/fuzz-out}
 RUNS=${RUNS:-1000000}
 SECONDS_EACH=${SECONDS_EACH:-}
