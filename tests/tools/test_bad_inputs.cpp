@@ -91,12 +91,13 @@ struct BadInput {
 };
 
 std::vector<BadInput> pretrain_cases();
+std::vector<BadInput> pretrain_checkpoint_cases();
 std::vector<BadInput> data_tool_cases();
 std::vector<BadInput> checkpoint_tool_cases();
 
 std::vector<BadInput> all_cases() {
   std::vector<BadInput> all = pretrain_cases();
-  for (auto* more : {&data_tool_cases, &checkpoint_tool_cases})
+  for (auto* more : {&pretrain_checkpoint_cases, &data_tool_cases, &checkpoint_tool_cases})
     for (BadInput& c : more()) all.push_back(std::move(c));
   return all;
 }
@@ -178,6 +179,21 @@ std::vector<BadInput> pretrain_cases() {
          return args;
        },
        {"the index cache", "shuffle_index", "delete these files to rebuild them"}},
+      {"pretrain_vocab_json_garbage", PRETRAIN_GPT_EXE,
+       [=](const fs::path& d) {
+         write_text(d / "vocab.json", "{\"a\": 1, \"b\" 2}");
+         write_text(d / "merges.txt", "#version: 0.2\n");
+         return pretrain({"--mock-data", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file",
+                          (d / "vocab.json").string(), "--merge-file", (d / "merges.txt").string()});
+       },
+       {"vocab.json: malformed JSON at byte 14"}},
+  };
+}
+
+// pretrain_gpt --load of a damaged copy of saved_checkpoint(): each names the file and the intact checkpoint.
+std::vector<BadInput> pretrain_checkpoint_cases() {
+  const auto pretrain = [](std::vector<std::string> more) { return with(model_flags(), more); };
+  return {
       {"pretrain_load_shard_corrupt", PRETRAIN_GPT_EXE,
        [=](const fs::path& d) {
          const fs::path root = copy_checkpoint(d);
@@ -208,14 +224,6 @@ std::vector<BadInput> pretrain_cases() {
          return pretrain({"--mock-data", "--vocab-size", "4096", "--load", root.string(), "--train-iters", "3"});
        },
        {"latest_checkpointed_iteration.txt holds \"2\\x07x\"; expected an iteration number or 'release'"}},
-      {"pretrain_vocab_json_garbage", PRETRAIN_GPT_EXE,
-       [=](const fs::path& d) {
-         write_text(d / "vocab.json", "{\"a\": 1, \"b\" 2}");
-         write_text(d / "merges.txt", "#version: 0.2\n");
-         return pretrain({"--mock-data", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file",
-                          (d / "vocab.json").string(), "--merge-file", (d / "merges.txt").string()});
-       },
-       {"vocab.json: malformed JSON at byte 14"}},
   };
 }
 
