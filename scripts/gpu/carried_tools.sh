@@ -6,6 +6,11 @@
 #   scripts/gpu/carried_tools.sh install   there: unpacks them into build-gpu/tools/, puts the libraries in
 #                                          /usr/local/lib (ldconfig), and if the binary does not start, builds
 #                                          pretrain_gpt and preprocess_data there instead (as scripts/gpu/run.sh)
+#   CARRY_TESTS="test_a test_b" scripts/gpu/carried_tools.sh pack
+#                                          also packs those test executables from build/tests/; `install` puts
+#                                          them back in build/tests/ (and pretrain_gpt in build/tools/) and, since
+#                                          the tests hold their helpers' absolute paths from this machine's
+#                                          build, links this machine's checkout path to the GPU machine's copy
 # Carry `.deps` in the device call.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,8 +19,14 @@ case ${1:-} in
     stage=$(mktemp -d)
     trap 'rm -rf "$stage"' EXIT
     cp build/tools/pretrain_gpt build/tools/preprocess_data "$stage/"
-    # ICU's soname carries its version (72 here, 74 there); everything else the binary links is on both machines.
-    for lib in $(ldd build/tools/pretrain_gpt | awk '/libicu/ {print $3}'); do cp -L "$lib" "$stage/"; done
+    if [ -n "${CARRY_TESTS:-}" ]; then
+      mkdir -p "$stage/tests"
+      for t in $CARRY_TESTS; do cp "build/tests/$t" "$stage/tests/"; done
+      echo "$PWD" >"$stage/tests/checkout_path"
+    fi
+    # ICU's and yaml-cpp's sonames carry their versions (ICU 72 and yaml-cpp 0.7 here, 74 and 0.8 there);
+    # everything else the binary links is on both machines.
+    for lib in $(ldd build/tools/pretrain_gpt | awk '/libicu|libyaml-cpp/ {print $3}'); do cp -L "$lib" "$stage/"; done
     mkdir -p .deps/bin
     tar cJf .deps/bin/tools.tar.xz -C "$stage" .
     echo "packed $(tar tJf .deps/bin/tools.tar.xz | grep -v '^\./$' | tr '\n' ' ') -> .deps/bin/tools.tar.xz" \
@@ -27,7 +38,6 @@ case ${1:-} in
     tar xJf .deps/bin/tools.tar.xz -C "$stage"
     mv "$stage"/pretrain_gpt "$stage"/preprocess_data build-gpu/tools/
     cp "$stage"/lib*.so* /usr/local/lib/ 2>/dev/null && ldconfig
-    rm -rf "$stage"
     if build-gpu/tools/pretrain_gpt --help >/dev/null 2>&1; then
       echo "carried pretrain_gpt runs here"
     else
@@ -37,6 +47,15 @@ case ${1:-} in
         -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" -DPCRE2_ROOT="$PWD/.deps/pcre2" -DMEGATRON_TOKENIZERS=ON >/dev/null
       cmake --build build-gpu -j "$(nproc)" --target pretrain_gpt preprocess_data | tail -1
     fi
+    if [ -d "$stage/tests" ]; then
+      home=$(cat "$stage/tests/checkout_path")
+      mkdir -p build/tests build/tools
+      mv "$stage"/tests/test_* build/tests/
+      cp build-gpu/tools/pretrain_gpt build/tools/
+      if [ "$home" != "$PWD" ] && [ ! -e "$home" ]; then mkdir -p "$(dirname "$home")" && ln -s "$PWD" "$home"; fi
+      echo "carried tests: $(ls build/tests | tr '\n' ' ')(built at $home)"
+    fi
+    rm -rf "$stage"
     ;;
   *) echo "usage: scripts/gpu/carried_tools.sh pack|install" >&2; exit 2 ;;
 esac

@@ -3,8 +3,12 @@
 #   8b      Llama-3-8B shape at seq SEQ_8B (default 32768), CP=2, mbs 1, GBS GBS_8B (default 4), distributed
 #           optimizer over DP x CP, with --cp-comm-type p2p (ring) and a2a. The recomputation is the least the
 #           memory planner (--dry-run) says fits 139 GiB: none, selective (mlp) or full; the run's log names it.
+#   longest the same shape at seq SEQ_LONG (default 131072, the longest the planner fits at CP=2: 125 GiB with full
+#           recomputation; 163840 plans 134, 196608 142; 65536 without recomputation plans 237), GBS 1, 3 iterations.
+#   small   the Llama-style 0.89B at seq 16384 on real text (.deps/data's fortunes, GPT-2 BPE, tokenised here if
+#           needed), mbs 1, GBS 8, 50 iterations: one GPU (CP=1) against CP=2 (p2p), tokens/s per GPU and losses.
 # Each run's log is $OUT/cp_<name>.log; a table is printed last (MFU by Megatron's formula, attention included).
-#   scripts/gpu/cp_bench.sh [8b]   (ITERS_8B=4, RUN_TIMEOUT=s per run)
+#   scripts/gpu/cp_bench.sh [8b] [longest] [small]   (ITERS_8B=4, ITERS_SMALL=50, RUN_TIMEOUT=s per run)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -62,6 +66,52 @@ if [[ $STAGES == *" 8b "* ]]; then
   run 8b_a2a "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --cp-comm-type a2a $RECOMPUTE
 fi
 
+if [[ $STAGES == *" longest "* ]]; then
+  SEQ=${SEQ_LONG:-131072}
+  LONG=("${LLAMA3_8B[@]}")
+  for ((i = 1; i < ${#LONG[@]}; i++)); do  # the 8b stage's flags at the longer sequence, one sequence per iteration
+    case ${LONG[$((i - 1))]} in
+      --seq-length | --max-position-embeddings) LONG[i]=$SEQ ;;
+      --global-batch-size) LONG[i]=1 ;;
+      --train-iters) LONG[i]=3 ;;
+    esac
+  done
+  run 8b_longest "${MPI[@]}" "$BIN" "${LONG[@]}" --cp-comm-type p2p --recompute-granularity full \
+    --recompute-method uniform --recompute-num-layers 1
+fi
+if [[ $STAGES == *" small "* ]]; then
+  D=.deps/data
+  if [ ! -f "$D/fortunes_text_document.bin" ] && [ -f "$D/fortunes.jsonl" ]; then
+    build-gpu/tools/preprocess_data --input "$D/fortunes.jsonl" --output-prefix "$D/fortunes" --tokenizer-type \
+      GPT2BPETokenizer --vocab-file "$D/vocab.json" --merge-file "$D/merges.txt" --append-eod --workers 8 | tail -1
+  fi
+  SMALL=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
+         --ffn-hidden-size 5632 --seq-length 16384 --max-position-embeddings 16384 --position-embedding-type rope
+         --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear
+         --micro-batch-size 1 --global-batch-size 8 --train-iters "${ITERS_SMALL:-50}" --bf16 --lr 3e-4 --min-lr 3e-5
+         --lr-decay-style cosine --lr-warmup-iters 5 --weight-decay 0.1 --adam-beta2 0.95 --hidden-dropout 0
+         --attention-dropout 0 --eval-iters 0 --device cuda --log-interval 1 --use-distributed-optimizer
+         --data-path "$D/fortunes_text_document" --split 98,1,1 --tokenizer-type GPT2BPETokenizer
+         --vocab-file "$D/vocab.json" --merge-file "$D/merges.txt" --data-cache-path "$OUT/data-cache")
+  run small_cp1 "$BIN" "${SMALL[@]}"
+  run small_cp2 "${MPI[@]}" "$BIN" "${SMALL[@]}" --context-parallel-size 2 --cp-comm-type p2p
+  python3 - "$OUT/cp_small_cp1.log" "$OUT/cp_small_cp2.log" <<'PY' | tee "$OUT/cp_small_compare.txt"
+import re, sys
+def losses(path):
+    out = {}
+    for line in open(path):
+        m = re.search(r"iteration +(\d+)/.*lm loss: ([0-9.E+-]+)", line)
+        if m: out[int(m.group(1))] = float(m.group(2))
+    return out
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+common = sorted(set(a) & set(b))
+if common:
+    rel = [abs(a[i] - b[i]) / abs(a[i]) for i in common]
+    print(f"0.89B seq 16384, CP=2 vs one GPU: {len(common)} iterations, loss {a[common[0]]:.4f} -> {a[common[-1]]:.4f}; "
+          f"max relative difference {max(rel):.2e} (iteration {common[rel.index(max(rel))]}), mean {sum(rel)/len(rel):.2e}")
+PY
+fi
+
 echo
 echo "================ cp_bench summary (mean of the last 2 log lines; MFU against 989 TFLOP/s bf16) ================"
 for f in "$OUT"/cp_*.log; do
@@ -74,6 +124,6 @@ for f in "$OUT"/cp_*.log; do
   peak=$(grep -oE "peak allocated [0-9.]+" "$f" | grep -oE "[0-9.]+" | sort -n | tail -1)
   rec=$(grep -oE -- "--recompute-granularity [a-z]+" "$f" | head -1)
   printf '%-8s seq %6s tok/s/GPU %7s  TFLOP/s/GPU %6s  MFU %6s  peak GiB %6s  %s\n' \
-    "$(basename "$f" .log | sed 's/^cp_//')" "$SEQ_8B" "${tps:--}" "${tfl:--}" "$mfu" "${peak:--}" "${rec:-no recompute}"
+    "$(basename "$f" .log | sed 's/^cp_//')" "$(grep -oE -- "--seq-length [0-9]+" "$f" | head -1 | cut -d' ' -f2)" "${tps:--}" "${tfl:--}" "$mfu" "${peak:--}" "${rec:-no recompute}"
 done
 exit 0

@@ -6,8 +6,11 @@
 #            so tokens/s per GPU compare directly and the losses must agree to bf16 tolerance.
 #   large    16 experts of the same shape (9.1B parameters: more than one GPU holds with its optimizer state)
 #            at EP=2 with the distributed optimizer, mbs 2, GBS 32.
+#   parity   the mixtral pair on real text (.deps/data's fortunes, GPT-2 BPE, tokenised here if needed) with a
+#            gentler schedule (lr 1e-4, 10 warm-up iterations) over PARITY_ITERS (30), so that bf16 rounding is
+#            not amplified by a diverging mock-data run: EP=2's losses against EP=1's.
 # Logs in $OUT/ep_<name>.log; a table last (MFU by Megatron's MoE FLOPs formula).
-#   scripts/gpu/ep_bench.sh [mixtral] [large]   (ITERS=8, RUN_TIMEOUT=s per run)
+#   scripts/gpu/ep_bench.sh [mixtral] [large] [parity]   (ITERS=8, RUN_TIMEOUT=s per run)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -39,10 +42,8 @@ run() {  # run <name> <command...>
   grep -E " iteration +[0-9]+/" "$OUT/ep_$name.log" | tail -1 | cut -c1-240
 }
 
-if [[ $STAGES == *" mixtral "* ]]; then
-  run mixtral_ep1 "${MPI[@]}" "$BIN" "${MOE[@]}" --num-experts 8
-  run mixtral_ep2 "${MPI[@]}" "$BIN" "${MOE[@]}" --num-experts 8 --expert-model-parallel-size 2
-  python3 - "$OUT/ep_mixtral_ep1.log" "$OUT/ep_mixtral_ep2.log" <<'PY' | tee "$OUT/ep_compare.txt"
+compare() {  # compare <EP=1 run> <EP=2 run>: the largest relative difference of their lm losses
+  python3 - "$OUT/ep_$1.log" "$OUT/ep_$2.log" <<'PY' | tee -a "$OUT/ep_compare.txt"
 import re, sys
 def losses(path):
     out = {}
@@ -54,9 +55,37 @@ a, b = losses(sys.argv[1]), losses(sys.argv[2])
 common = sorted(set(a) & set(b))
 if common:
     rel = [abs(a[i] - b[i]) / abs(a[i]) for i in common]
-    print(f"Mixtral-style, EP=2 vs EP=1 (DP=2 both): {len(common)} iterations, loss {a[common[0]]:.4f} -> "
-          f"{a[common[-1]]:.4f}; max relative difference {max(rel):.2e}, mean {sum(rel)/len(rel):.2e}")
+    print(f"{sys.argv[2]} against {sys.argv[1]}: {len(common)} iterations, loss {a[common[0]]:.4f} -> "
+          f"{a[common[-1]]:.4f}; max relative difference {max(rel):.2e} (iteration {common[rel.index(max(rel))]}), "
+          f"mean {sum(rel)/len(rel):.2e}")
 PY
+}
+
+if [[ $STAGES == *" mixtral "* ]]; then
+  run mixtral_ep1 "${MPI[@]}" "$BIN" "${MOE[@]}" --num-experts 8
+  run mixtral_ep2 "${MPI[@]}" "$BIN" "${MOE[@]}" --num-experts 8 --expert-model-parallel-size 2
+  compare mixtral_ep1 mixtral_ep2
+fi
+if [[ $STAGES == *" parity "* ]]; then
+  D=.deps/data
+  if [ ! -f "$D/fortunes_text_document.bin" ] && [ -f "$D/fortunes.jsonl" ]; then
+    build-gpu/tools/preprocess_data --input "$D/fortunes.jsonl" --output-prefix "$D/fortunes" --tokenizer-type \
+      GPT2BPETokenizer --vocab-file "$D/vocab.json" --merge-file "$D/merges.txt" --append-eod --workers 8 | tail -1
+  fi
+  REAL=()
+  for ((i = 0; i < ${#MOE[@]}; i++)); do  # MOE without mock data, its vocabulary and its schedule
+    case ${MOE[$i]} in
+      --mock-data) ;;
+      --vocab-size | --lr | --lr-warmup-iters | --train-iters) i=$((i + 1)) ;;
+      *) REAL+=("${MOE[$i]}") ;;
+    esac
+  done
+  REAL+=(--lr 1e-4 --lr-warmup-iters 10 --train-iters "${PARITY_ITERS:-30}" --data-path "$D/fortunes_text_document"
+         --split 98,1,1 --tokenizer-type GPT2BPETokenizer --vocab-file "$D/vocab.json" --merge-file "$D/merges.txt"
+         --data-cache-path "$OUT/data-cache" --num-experts 8)
+  run parity_ep1 "${MPI[@]}" "$BIN" "${REAL[@]}"
+  run parity_ep2 "${MPI[@]}" "$BIN" "${REAL[@]}" --expert-model-parallel-size 2
+  compare parity_ep1 parity_ep2
 fi
 if [[ $STAGES == *" large "* ]]; then
   run large16_ep2 "${MPI[@]}" "$BIN" "${MOE[@]}" --num-experts 16 --expert-model-parallel-size 2

@@ -38,10 +38,14 @@ TEST(CachingPool, SizeClasses) {
   EXPECT_EQ(CachingPool::size_class(513), 1024u);
   EXPECT_EQ(CachingPool::size_class(1 << 20), size_t(1) << 20);
   EXPECT_EQ(CachingPool::size_class((1 << 20) + 1), size_t(1) << 20 | size_t(1) << 18);  // 1.25 MiB
-  for (size_t b = 1; b < (size_t(1) << 34); b = b * 3 + 7) {
+  constexpr size_t kGiB = size_t(1) << 30;
+  EXPECT_EQ(CachingPool::size_class(kGiB + 1), kGiB + kGiB / 64);
+  EXPECT_EQ(CachingPool::size_class(29 * kGiB + 5), 29 * kGiB + kGiB / 4);  // 16 GiB / 64 steps
+  for (size_t b = 1; b < (size_t(1) << 36); b = b * 3 + 7) {
     size_t c = CachingPool::size_class(b);
     EXPECT_GE(c, b);
-    EXPECT_LE(double(c), std::max(1.25 * double(b), double(b) + 512)) << b;
+    double bound = b >= kGiB ? 1.0 + 1.0 / 64 : 1.25;
+    EXPECT_LE(double(c), std::max(bound * double(b), double(b) + 512)) << b;
   }
 }
 

@@ -182,7 +182,8 @@ TEST(TorchrunLaunch, TensorParallelSequenceParallelMatchesMpirun) {
 TEST(TorchrunLaunchGpu, DataParallelOverNcclMatchesMpirun) {
   if (!cuda_backend_compiled() || cuda_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
   const int port = free_port_pair();
-  expect_torchrun_matches_mpirun("torchrun_gpu", " --device cuda --deterministic-mode --use-distributed-optimizer",
+  expect_torchrun_matches_mpirun("torchrun_gpu",
+                                 " --device cuda --bf16 --deterministic-mode --use-distributed-optimizer",
                                  str_cat("--nnodes=1 --node_rank=0 --master_addr=127.0.0.1 --master_port=", port),
                                  /*same_shards=*/false);
 }

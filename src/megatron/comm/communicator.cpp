@@ -93,7 +93,7 @@ std::string timeout_report(const std::string& group, std::chrono::milliseconds t
                             "elsewhere, or died)";
   return str_cat("[megatron watchdog] world rank ", world_rank, ": ", op, " on ", group, " with ", sizes,
                  " has waited ", seconds, ", past --distributed-timeout-minutes ", limit_minutes, cause,
-                 ". Aborting the communicator and exiting with status ", kWatchdogExitCode, ".");
+                 ". Ending the job: this rank exits with status ", kWatchdogExitCode, ".");
 }
 
 std::string describe_p2p_op(const P2POp& op) {

@@ -15,8 +15,8 @@
 //   different ranks. nullptr: ordered with nothing; call synchronize() before reading the result.
 //   MPI and Self ignore `stream` and return when the operation is complete (except batch_send_recv, below).
 // - Timeouts: a rank that waits longer than the communicator's timeout (--distributed-timeout-minutes)
-//   reports its rank, the group, the collective, the sizes and the time waited on stderr, aborts the
-//   communicator (MPI_Abort / ncclCommAbort) and the process exits with kWatchdogExitCode, instead of
+//   reports its rank, the group, the collective, the sizes and the time waited on stderr, and the process
+//   exits with kWatchdogExitCode (MPI: through MPI_Abort, which ends the whole job), instead of
 //   hanging forever when another rank skipped the collective or died.
 // - Errors (wrong sizes, dtypes, devices; a failed MPI/NCCL call) throw megatron::Error naming the call,
 //   the group, this rank and the sizes.

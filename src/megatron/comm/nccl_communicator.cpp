@@ -145,19 +145,16 @@ class Watchdog {
       if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
         fail(str_cat("[megatron watchdog] world rank ", world_rank_, ": NCCL reports an asynchronous error on ",
                      owner_->describe(), ": ", ncclGetErrorString(async), " (", ncclGetLastError(comm_),
-                     "). Aborting the communicator and exiting with status ", kWatchdogExitCode, "."));
+                     "). Ending the job: this rank exits with status ", kWatchdogExitCode, "."));
     }
   }
 
+  // Ends the process without aborting the communicator first: ncclCommAbort would release the thread blocked
+  // on the hung operation, which would then carry on with whatever the collective left in its buffers before
+  // this thread gets to exit. Process exit tears down the CUDA context, hung kernels included.
   [[noreturn]] void fail(const std::string& report) {
     std::fprintf(stderr, "%s\n", report.c_str());
     std::fflush(stderr);
-    // Should the abort itself get stuck behind the hung kernel, the process still ends.
-    std::thread([] {
-      std::this_thread::sleep_for(std::chrono::seconds(10));
-      std::_Exit(kWatchdogExitCode);
-    }).detach();
-    ncclCommAbort(comm_);
     std::fflush(stdout);
     std::_Exit(kWatchdogExitCode);
   }

@@ -17,8 +17,8 @@
 //
 // Watchdog: a thread per communicator records an event after every operation and polls it; when the
 // oldest unfinished operation is older than timeout() (or NCCL reports an asynchronous error) it prints
-// detail::timeout_report, calls ncclCommAbort, and ends the process with kWatchdogExitCode (mpirun then
-// ends the other ranks). The host can therefore block on a stream safely: a hang becomes an exit.
+// detail::timeout_report and ends the process with kWatchdogExitCode (mpirun then ends the other ranks), without
+// ncclCommAbort: the abort would let the blocked thread run on with unfinished results before the exit. The host can therefore block on a stream safely: a hang becomes an exit.
 #pragma once
 
 #include <memory>

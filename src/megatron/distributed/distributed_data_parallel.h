@@ -38,7 +38,9 @@
 // of a unit (the model's ParamHooks, every forward and backward):
 //   acquire_params(params)   all-gathers the buckets holding `params` from their shards (sharded values; a
 //                            bucket already in use is only counted), and binds the Parameters' values to them;
-//   release_params(params)   drops a bucket when its last user releases it;
+//   release_params(params)   drops a bucket when its last user releases it, or with keep_values leaves it
+//                            gathered for the next acquire (a recomputed forward's values kept for the backward
+//                            that follows; finish_fsdp_step drops what is left);
 //   begin_grads(params)      a zeroed whole gradient bucket for a backward to accumulate into (sharded gradients);
 //   end_grads(params)        once its last user is done, reduce-scatters it into this rank's shard (+=) and drops it.
 // So each micro-batch's backward reduces its gradients unit by unit (Megatron FSDP's per-micro-batch
@@ -101,7 +103,7 @@ class DistributedDataParallel {
   // FSDP around each use of a unit (see above); no-ops for what persists whole.
   void acquire_params(Context& ctx, const nn::ParameterList& params);
   void prefetch_params(Context& ctx, const nn::ParameterList& params, bool forward);
-  void release_params(Context& ctx, const nn::ParameterList& params);
+  void release_params(Context& ctx, const nn::ParameterList& params, bool keep_values = false);
   void begin_grads(Context& ctx, const nn::ParameterList& params);
   void end_grads(Context& ctx, const nn::ParameterList& params);
   // Checkpoints with sharded values: every bucket acquired (a save or a load reads or writes the Parameters),

@@ -91,7 +91,7 @@ void DistributedDataParallel::prefetch_params(Context& ctx, const nn::ParameterL
   }
 }
 
-void DistributedDataParallel::release_params(Context&, const nn::ParameterList& params) {
+void DistributedDataParallel::release_params(Context&, const nn::ParameterList& params, bool keep_values) {
   for (auto [b, k] : buckets_of(params)) {
     ParamAndGradBuffer& buffer = buffers_[b];
     InUse& use = in_use_[b][k];
@@ -100,7 +100,7 @@ void DistributedDataParallel::release_params(Context&, const nn::ParameterList& 
                    " released more often than acquired");
     if (--use.value_users > 0) continue;
     buffer.unbind_values(k);
-    use.values = Tensor();  // back to the allocator, in ctx's stream order
+    if (!keep_values) use.values = Tensor();  // back to the allocator, in ctx's stream order
   }
 }
 

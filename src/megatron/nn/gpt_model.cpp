@@ -249,9 +249,9 @@ void GPTModel::recompute_unit_ending_at(Context& ctx, StageSaved& s, size_t last
     u.input = Tensor();
     for (size_t j = 0; j < u.passes.size(); ++j) {
       ResidualStream next;
-      call_hook(hooks.before_forward, layer_groups_[u.first + j]);
+      call_hook(hooks.before_recompute ? hooks.before_recompute : hooks.before_forward, layer_groups_[u.first + j]);
       s.layers[u.first + j] = layers[u.first + j].forward(ctx, next, stream, u.passes[j]);
-      call_hook(hooks.after_forward, layer_groups_[u.first + j]);
+      call_hook(hooks.after_recompute ? hooks.after_recompute : hooks.after_forward, layer_groups_[u.first + j]);
       stream = std::move(next);
     }
   }

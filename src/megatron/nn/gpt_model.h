@@ -75,8 +75,11 @@ namespace megatron::nn {
 // layer -- for the uses (before_/after_ hooks) the weight the logits are computed with, the tied word
 // embeddings included.
 //   before_forward(params):  forward is about to read their values (the distributed optimizer waits for their
-//                            all-gather here; FSDP gathers them); also before a recomputed forward;
+//                            all-gather here; FSDP gathers them);
 //   after_forward(params):   that forward has read them (FSDP may drop the gathered values);
+//   before_recompute(params), after_recompute(params): the same around a forward repeated inside backward (full
+//                            recomputation), whose layers' backward follows; unset: before_/after_forward are
+//                            called (FSDP keeps the values for that backward and prefetches nothing forward);
 //   before_backward(params): backward is about to read their values and accumulate into their main_grads;
 //   after_backward(params):  it has (FSDP reduces this pass's gradients);
 //   grads_final(params):     backward has finished accumulating into their main_grads for this iteration's
@@ -85,6 +88,8 @@ namespace megatron::nn {
 struct ParamHooks {
   std::function<void(const ParameterList&)> before_forward;
   std::function<void(const ParameterList&)> after_forward;
+  std::function<void(const ParameterList&)> before_recompute;
+  std::function<void(const ParameterList&)> after_recompute;
   std::function<void(const ParameterList&)> before_backward;
   std::function<void(const ParameterList&)> after_backward;
   std::function<void(const ParameterList&)> grads_final;

@@ -16,11 +16,15 @@ CachingPool::~CachingPool() {
 
 size_t CachingPool::size_class(size_t bytes) {
   constexpr size_t kSmall = 1 << 20;
+  constexpr size_t kLarge = size_t(1) << 30;
   if (bytes == 0) return 512;
   if (bytes <= kSmall) return (bytes + 511) / 512 * 512;
   size_t pow2 = std::bit_floor(bytes);  // 2^k <= bytes < 2^(k+1)
-  size_t quarter = pow2 / 4;
-  return (bytes + quarter - 1) / quarter * quarter;
+  // Blocks of 1 GiB and more are the model state (parameter, gradient and optimizer buffers) and the logits:
+  // few, long-lived, of sizes that rarely recur, so quarter steps would only waste up to a quarter of the
+  // largest allocations; they step by 2^k / 64 instead (at most 1.6% waste).
+  size_t step = pow2 >= kLarge ? pow2 / 64 : pow2 / 4;
+  return (bytes + step - 1) / step * step;
 }
 
 void* CachingPool::allocate(size_t bytes, StreamHandle stream) {

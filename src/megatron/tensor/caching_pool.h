@@ -3,7 +3,8 @@
 //
 // Contract:
 // - Requests are rounded to a size class: multiples of 512 B below 1 MiB; above, the next of
-//   {1, 1.25, 1.5, 1.75} x 2^k (at most 25% waste).
+//   {1, 1.25, 1.5, 1.75} x 2^k (at most 25% waste); from 1 GiB on, the next multiple of 2^k / 64 (at most
+//   1.6%: the model state's buffers are that large and allocated once).
 // - A freed block goes back to the cache of the stream it was allocated on and is reused only by a
 //   request of the same size class on the same stream, so stream order keeps reuse safe without events.
 //   A tensor used on another stream must be kept alive until that stream's work is known to be done.

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "megatron/core/error.h"
 #include "megatron/train/flops.h"
 #include "megatron/trainer/memory_plan.h"
 
@@ -14,10 +15,26 @@ namespace {
 constexpr double kBf16StepRate = 550e12;  // FLOP/s per GPU, whole training steps on one H100 (bench/RESULTS.md)
 constexpr double kFp8StepRate = 700e12;
 constexpr double kTpBytesPerSecond = 300e9;
+constexpr double kFsdpBytesPerSecond = 270e9;
+constexpr double kFsdpExposedShare = 0.58;
+constexpr double kHostUpdateParamsPerSecond = 0.74e9;
+constexpr double kOffloadFractions[] = {0.25, 0.5, 0.75, 1.0};
 
-// The flags of one candidate, validated; false when Megatron's rules refuse it.
+// The model's parameters (norms and biases left out), from the terms of Megatron's FLOPs formula.
+double model_parameters(const train::Arguments& a) {
+  const train::ModelArguments& m = a.model;
+  const double k = m.swiglu ? 3 : 2;
+  const double layers = m.num_layers * (double(m.hidden_size) * k * m.ffn_hidden_size +
+                                        double(m.hidden_size) * m.kv_channels *
+                                            (2.0 * m.num_attention_heads + 2.0 * m.num_query_groups));
+  const double embeddings = double(m.hidden_size) * a.padded_vocab_size() *
+                            (m.untie_embeddings_and_output_weights ? 2 : 1);
+  return layers + embeddings;
+}
+
+// The flags of one candidate, validated; false when Megatron's rules refuse it (the reason in *refusal).
 bool candidate_args(const train::Arguments& base, int gpus, int tp, int pp, int cp, const std::string& recompute,
-                    train::Arguments& out) {
+                    bool fsdp, double offload, train::Arguments& out, std::string* refusal = nullptr) {
   out = base;
   train::ParallelArguments& p = out.parallel;
   p.world_size = gpus;
@@ -26,6 +43,11 @@ bool candidate_args(const train::Arguments& base, int gpus, int tp, int pp, int 
   p.context_parallel_size = cp;
   p.sequence_parallel = tp > 1;
   p.use_distributed_optimizer = true;
+  p.use_megatron_fsdp = fsdp;
+  p.data_parallel_sharding_strategy = "optim_grads_params";
+  if (fsdp) p.overlap_grad_reduce = p.overlap_param_gather = true;
+  out.training.optimizer_cpu_offload = offload > 0;
+  out.training.optimizer_offload_fraction = offload > 0 ? offload : 1.0;
   p.virtual_pipeline_model_parallel_size = 0;
   p.num_layers_per_virtual_pipeline_stage = 0;
   p.num_virtual_stages_per_pipeline_rank = 0;
@@ -37,7 +59,8 @@ bool candidate_args(const train::Arguments& base, int gpus, int tp, int pp, int 
   out.training.dry_run = false;
   try {
     train::resolve_and_validate(out);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    if (refusal != nullptr) *refusal = e.what();
     return false;
   }
   return true;
@@ -68,7 +91,15 @@ double step_seconds(const train::Arguments& a, const std::string& recompute) {
     tp_comm = 10.0 * layers_here * M * hidden_bytes * (tp - 1) / tp / kTpBytesPerSecond;
     if (a.parallel.tp_comm_overlap) tp_comm /= 2;
   }
-  return compute + bubble + tp_comm;
+  const int dp = a.data_parallel_size();
+  const double model_parallel_params = model_parameters(a) / (double(tp) * P);
+  double fsdp_comm = 0;
+  if (a.parallel.use_megatron_fsdp && dp > 1)
+    fsdp_comm = M * 8.0 * model_parallel_params * (dp - 1) / dp / kFsdpBytesPerSecond * kFsdpExposedShare;
+  double host_update = 0;
+  if (a.training.optimizer_cpu_offload)
+    host_update = a.training.optimizer_offload_fraction * model_parallel_params / dp / kHostUpdateParamsPerSecond;
+  return compute + bubble + tp_comm + fsdp_comm + host_update;
 }
 
 std::vector<int> powers_of_two_up_to(int n) {
@@ -86,13 +117,21 @@ std::vector<LayoutCandidate> search_layouts(const train::Arguments& base, int gp
       for (int cp : powers_of_two_up_to(gpus / (tp * pp)))
         for (const char* recompute : {"none", "selective mlp", "full"}) {
           if (gpus % (tp * pp * cp) != 0) continue;
-          train::Arguments a;
-          if (!candidate_args(base, gpus, tp, pp, cp, recompute, a)) continue;
-          const MemoryPlan plan = plan_memory(a);
-          const double peak = plan.worst().peak;
-          if (peak > gpu_bytes) continue;
-          out.push_back({.tp = tp, .pp = pp, .cp = cp, .dp = a.data_parallel_size(), .recompute = recompute,
-                         .peak_bytes = peak, .step_seconds = step_seconds(a, recompute)});
+          // The distributed optimizer, else the smallest offload that fits; and FSDP where DP > 1.
+          const auto consider = [&](bool fsdp, double offload, const std::string& state) {
+            train::Arguments a;
+            if (!candidate_args(base, gpus, tp, pp, cp, recompute, fsdp, offload, a)) return false;
+            if (fsdp && a.data_parallel_size() == 1) return false;
+            const double peak = plan_memory(a).worst().peak;
+            if (peak > gpu_bytes) return false;
+            out.push_back({.tp = tp, .pp = pp, .cp = cp, .dp = a.data_parallel_size(), .recompute = recompute,
+                           .state = state, .peak_bytes = peak, .step_seconds = step_seconds(a, recompute)});
+            return true;
+          };
+          if (!consider(false, 0, "distributed optimizer"))
+            for (double f : kOffloadFractions)
+              if (consider(false, f, str_cat("offload ", f))) break;
+          consider(true, 0, "fsdp");
         }
   // Equal estimates: more data parallelism first (its collectives overlap best: 97-98% of linear scaling
   // measured on 2 H200s, while context parallelism's ring costs attention time the estimate leaves out), then
@@ -112,19 +151,26 @@ std::string describe(const std::vector<LayoutCandidate>& layouts, const train::A
   out << "layouts of " << gpus << " GPUs whose predicted peak fits " << gpu_bytes / gib
       << " GiB, by estimated step time (trainer/layout_search.h says how it is estimated):\n";
   if (layouts.empty()) {
-    out << "  none: no TP x PP x CP x DP split with any recomputation fits; try more GPUs, a smaller micro-batch or "
-           "--optimizer-cpu-offload\n";
+    // Flags that no layout can make valid (a missing --train-iters, say) are not a memory problem: say which.
+    train::Arguments plain;
+    std::string refusal;
+    if (!candidate_args(base, gpus, 1, 1, 1, "none", false, 0, plain, &refusal))
+      out << "  none: the flags are refused even as plain data parallelism over " << gpus << " GPUs: " << refusal
+          << "\n";
+    else
+      out << "  none: no TP x PP x CP x DP split with any recomputation, FSDP or optimizer offload fits; try more "
+             "GPUs or a smaller micro-batch\n";
     return out.str();
   }
   char line[200];
-  std::snprintf(line, sizeof line, "  %4s %4s %4s %4s  %-14s %10s %12s %14s\n", "TP", "PP", "CP", "DP", "recompute",
-                "peak GiB", "est. step s", "est. tokens/s");
+  std::snprintf(line, sizeof line, "  %4s %4s %4s %4s  %-14s %-22s %10s %12s %14s\n", "TP", "PP", "CP", "DP",
+                "recompute", "model state", "peak GiB", "est. step s", "est. tokens/s");
   out << line;
   const double tokens = double(base.training.global_batch_size) * base.model.seq_length;
   for (size_t i = 0; i < std::min<size_t>(layouts.size(), 12); ++i) {
     const LayoutCandidate& c = layouts[i];
-    std::snprintf(line, sizeof line, "  %4d %4d %4d %4d  %-14s %10.2f %12.3f %14.0f\n", c.tp, c.pp, c.cp, c.dp,
-                  c.recompute.c_str(), c.peak_bytes / gib, c.step_seconds, tokens / c.step_seconds);
+    std::snprintf(line, sizeof line, "  %4d %4d %4d %4d  %-14s %-22s %10.2f %12.3f %14.0f\n", c.tp, c.pp, c.cp, c.dp,
+                  c.recompute.c_str(), c.state.c_str(), c.peak_bytes / gib, c.step_seconds, tokens / c.step_seconds);
     out << line;
   }
   if (layouts.size() > 12) out << "  ... and " << layouts.size() - 12 << " more that fit\n";

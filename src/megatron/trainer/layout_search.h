@@ -1,8 +1,10 @@
 // Which layouts of a model fit a number of GPUs, best first (`pretrain_gpt ... --dry-run-layouts N`): every
 // TP x PP x CP x DP split of N GPUs the flags' model and batch allow (Megatron's divisibility rules, checked by
-// the same validation as a real launch), each with no, selective (mlp) and full recomputation, the distributed
-// optimizer and sequence parallelism on; the memory plan (memory_plan.h) of each, kept when its peak fits the
-// GPU; ordered by an estimated step time.
+// the same validation as a real launch), each with no, selective (mlp) and full recomputation, sequence
+// parallelism on, and the model state kept three ways: the distributed optimizer; Megatron FSDP
+// (optim_grads_params, both overlap flags) where DP > 1; and, where the distributed optimizer does not fit, the
+// same with the smallest optimizer CPU offload fraction of 0.25, 0.5, 0.75, 1 that fits. The memory plan
+// (memory_plan.h) of each, kept when its peak fits the GPU; ordered by an estimated step time.
 //
 // The step-time estimate (not yet checked against multi-GPU measurements):
 //   compute = Megatron's FLOPs / (N x the whole-step rate measured on one H100: 550 TFLOP/s in bf16, 700 with
@@ -12,7 +14,12 @@
 //   tensor parallelism: the sequence-parallel all-gathers and reduce-scatters not hidden (10 per layer and
 //             micro-batch, each moving (TP - 1) / TP of the micro-batch's hidden states) at 300 GB/s per GPU
 //             (NVLink, an assumption), halved with --tp-comm-overlap;
-//   data and context parallelism: overlapped with compute (their collectives are not counted; context
+//   FSDP: each micro-batch all-gathers the rank's model-parallel parameters twice (bf16) and reduce-scatters
+//             their fp32 gradients, 8 bytes a parameter x (DP - 1) / DP, at 270 GB/s with 58% of it not hidden
+//             (both measured at Llama-3-8B DP = 2 on 2 H200s, bench/RESULTS.md: the one calibration point);
+//   optimizer offload: the host update of the offloaded masters and moments at 0.74 G parameters/s, not
+//             overlapped (measured on the H100 machine's host: 1.2 s for 0.89 B);
+//   data and context parallelism otherwise: overlapped with compute (their collectives are not counted; context
 //             parallelism's ring slows attention by 6-34% on one GPU, bench/RESULTS.md, which this leaves out,
 //             so equal estimates list more data parallelism first).
 #pragma once
@@ -27,6 +34,7 @@ namespace megatron::trainer {
 struct LayoutCandidate {
   int tp = 1, pp = 1, cp = 1, dp = 1;
   std::string recompute;     // "none", "selective mlp", "full"
+  std::string state;         // "distributed optimizer", "fsdp", "offload 0.25" ... "offload 1"
   double peak_bytes = 0;     // the memory plan's worst rank
   double step_seconds = 0;   // the estimate above
 };

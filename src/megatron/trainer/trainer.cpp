@@ -202,6 +202,32 @@ optim::GradStatsGroups Trainer::grad_stats_groups() const {
   return groups;
 }
 
+// Megatron FSDP's gathers and reductions around every use of a module group (distributed_data_parallel.h).
+nn::ParamHooks Trainer::fsdp_hooks() {
+  nn::ParamHooks every;
+  every.before_forward = [this](const nn::ParameterList& l) {
+    ddp_->acquire_params(ctx_, l);
+    ddp_->prefetch_params(ctx_, l, /*forward=*/true);
+  };
+  every.after_forward = [this](const nn::ParameterList& l) { ddp_->release_params(ctx_, l); };
+  // A recomputed forward runs inside backward: the layer's own backward comes next (keep its values), and the
+  // next layer in forward order has finished its backward (prefetch nothing).
+  every.before_recompute = [this](const nn::ParameterList& l) { ddp_->acquire_params(ctx_, l); };
+  every.after_recompute = [this](const nn::ParameterList& l) {
+    ddp_->release_params(ctx_, l, /*keep_values=*/true);
+  };
+  every.before_backward = [this](const nn::ParameterList& l) {
+    ddp_->acquire_params(ctx_, l);
+    ddp_->prefetch_params(ctx_, l, /*forward=*/false);
+    ddp_->begin_grads(ctx_, l);
+  };
+  every.after_backward = [this](const nn::ParameterList& l) {
+    ddp_->end_grads(ctx_, l);
+    ddp_->release_params(ctx_, l);
+  };
+  return every;
+}
+
 std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only,
                                                int num_micro_batches) {
   const int M = num_micro_batches;
@@ -239,23 +265,7 @@ std::vector<Tensor> Trainer::run_micro_batches(SampleStream& data, int64_t itera
       .p2p = p2p_.get(),
       .timeline = timeline_};
   const distributed::DataParallelConfig& dp_config = ddp_->config();
-  if (dp_config.shard_params || dp_config.shard_grads) {  // FSDP: gather and reduce around every use
-    nn::ParamHooks& every = run.hooks.every_pass;
-    every.before_forward = [this](const nn::ParameterList& l) {
-      ddp_->acquire_params(ctx_, l);
-      ddp_->prefetch_params(ctx_, l, /*forward=*/true);
-    };
-    every.after_forward = [this](const nn::ParameterList& l) { ddp_->release_params(ctx_, l); };
-    every.before_backward = [this](const nn::ParameterList& l) {
-      ddp_->acquire_params(ctx_, l);
-      ddp_->prefetch_params(ctx_, l, /*forward=*/false);
-      ddp_->begin_grads(ctx_, l);
-    };
-    every.after_backward = [this](const nn::ParameterList& l) {
-      ddp_->end_grads(ctx_, l);
-      ddp_->release_params(ctx_, l);
-    };
-  }
+  if (dp_config.shard_params || dp_config.shard_grads) run.hooks.every_pass = fsdp_hooks();
   if (!forward_only) {
     if (dist_optimizer_ && args_.parallel.overlap_param_gather)  // wait for each bucket's all-gather before its first use
       run.hooks.before_first_forward = [this](const nn::ParameterList& l) { dist_optimizer_->wait_for_params(ctx_, l); };

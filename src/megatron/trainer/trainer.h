@@ -132,6 +132,7 @@ class Trainer {
   Tensor next_micro_batch(SampleStream& data);
   // The schedule over `num_micro_batches` micro-batches of `data`; returns each micro-batch's loss.
   std::vector<Tensor> run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only, int num_micro_batches);
+  nn::ParamHooks fsdp_hooks();
   // The mean of the micro-batch losses (the last stage's), averaged over DP; every rank gets the same value.
   double mean_loss(const std::vector<Tensor>& losses);
   // The last pipeline stage's value on every rank, averaged over DP.
