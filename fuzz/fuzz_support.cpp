@@ -1,7 +1,9 @@
 #include "fuzz_support.h"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -16,6 +18,7 @@ class Scratch {
  public:
   Scratch() : owner_(::getpid()) {
     const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+    remove_stale(base);
     path_ = base / ("megatron_fuzz_" + std::to_string(owner_));
     fs::remove_all(path_);
     fs::create_directories(path_);
@@ -30,6 +33,18 @@ class Scratch {
   const fs::path& path() const { return path_; }
 
  private:
+  // libFuzzer ends some runs with _Exit (time limits, findings), which skips the destructor: the next
+  // target removes the directories of processes that no longer run.
+  static void remove_stale(const fs::path& base) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(base, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("megatron_fuzz_", 0) != 0) continue;
+      const long pid = std::strtol(name.c_str() + 14, nullptr, 10);
+      if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) fs::remove_all(entry.path(), ec);
+    }
+  }
+
   pid_t owner_;
   fs::path path_;
 };
