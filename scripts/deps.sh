@@ -6,13 +6,24 @@
 #   scripts/deps.sh           # to build, train and run the quickstart
 #   scripts/deps.sh --tests   # also what only tests use: torchrun (Debian's python3-torch) and the tensorboard
 #                             # package (its EventAccumulator reads the event files back), for scripts/test.sh
+#   scripts/deps.sh --tests --sanitizers   # and clang-19 with its runtime libraries (libFuzzer, ASan, UBSan)
+#                             # for scripts/robustness.sh
 set -euo pipefail
-WITH_TESTS=0
-[ "${1:-}" = "--tests" ] && WITH_TESTS=1
+WITH_TESTS=0 WITH_SANITIZERS=0
+for arg in "$@"; do
+  case $arg in
+    --tests) WITH_TESTS=1 ;;
+    --sanitizers) WITH_SANITIZERS=1 ;;
+    *) echo "deps: unknown argument $arg (--tests, --sanitizers)" >&2; exit 2 ;;
+  esac
+done
 
 APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev
               libcli11-dev libpcre2-dev libicu-dev libopenmpi-dev openmpi-bin libsentencepiece-dev libyaml-cpp-dev
               libprotobuf-dev protobuf-compiler python3-pip)
+# The sanitizer and fuzzing configuration (scripts/robustness.sh) needs clang >= 15 with its runtime libraries
+# (libFuzzer, ASan, UBSan): clang-19 from the distribution's packages.
+[ "$WITH_SANITIZERS" = 1 ] && APT_PACKAGES+=(clang-19 libclang-rt-19-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs missing dependencies, configures, builds and runs every CPU test.
+# Installs missing dependencies, configures, builds and runs every CPU test; with ROBUSTNESS=1 also the sanitizer
+# and fuzzing configuration (scripts/robustness.sh: the parsers' tests under ASan + UBSan, every fuzz target 30 s).
 #
 #   scripts/test.sh                 # CUDA build if a toolkit is found (compile + link), plus a CPU-only build
 #                                   # configured without PCRE2 (proves NullTokenizer preprocesses and trains there;
 #                                   # it skips the `mpi` equivalence suites, whose code both builds share)
 #   BUILD_DIR=out scripts/test.sh   # another build directory (default: build)
 #   SKIP_CPU_ONLY=1 scripts/test.sh # skip the second, CPU-only configuration
+#   ROBUSTNESS=1 scripts/test.sh    # then also the sanitizer + fuzzing configuration (scripts/robustness.sh: a
+#                                   # third, clang build; not yet in CI until its time on a fresh clone is known)
 #
 # GPU tests (ctest label `gpu`) run on a GPU machine through scripts/gpu/run.sh, not here.
 set -euo pipefail
@@ -35,4 +38,7 @@ configure_build_test() {  # dir, ctest labels to leave out, extra cmake args...
 configure_build_test "$BUILD_DIR" gpu -DMEGATRON_TOKENIZERS=ON
 if [ "${SKIP_CPU_ONLY:-0}" != "1" ] && grep -q "CUDA backend ON" "$BUILD_DIR.configure.log"; then
   configure_build_test "$BUILD_DIR-cpu-only" "gpu|mpi" -DMEGATRON_CUDA=OFF -DMEGATRON_TOKENIZERS=ON -DMEGATRON_TOKENIZERS_REGEX=OFF
+fi
+if [ "${ROBUSTNESS:-0}" = "1" ]; then
+  BUILD_DIR="$BUILD_DIR-sanitize" scripts/robustness.sh
 fi

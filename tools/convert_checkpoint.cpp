@@ -15,8 +15,8 @@
 // Tokenizer files are not converted: point --tokenizer-* flags at the HF directory's files.
 #include <chrono>
 #include <iostream>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "megatron/checkpoint/conversion_command.h"
 #include "megatron/checkpoint/hf_checkpoint.h"

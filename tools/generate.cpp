@@ -11,15 +11,16 @@
 // output is ids. On CUDA the model runs in bf16 (its fused attention needs it), on the CPU in fp32.
 #include <chrono>
 #include <iostream>
-#include <map>
-#include <sstream>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "megatron/data/tokenizers/tokenizer.h"
 #include "megatron/checkpoint/model_loader.h"
 #include "megatron/core/error.h"
 #include "megatron/inference/gpt_inference.h"
 #include "megatron/inference/sampler.h"
+#include "megatron/train/tool_flags.h"
 
 using namespace megatron;
 
@@ -30,40 +31,23 @@ const char* kUsage =
     "                | --prompt-ids \"ID ID ...\") [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
     "                [--seed S] [--greedy] [--num-samples N] [--device auto|cpu|cuda] [--ignore-eos]\n";
 
-using Flags = std::map<std::string, std::string>;
+using train::ToolFlags;
 
-// The command line as flag -> value (a switch maps to ""); false after printing the usage for --help.
-bool parse_flags(int argc, char** argv, Flags& f) {
-  const std::map<std::string, bool> takes_value = {
-      {"--load", true},        {"--prompt", true},       {"--prompt-ids", true},     {"--tokenizer-type", true},
-      {"--vocab-file", true},  {"--merge-file", true},   {"--tokenizer-model", true}, {"--vocab-size", true},
-      {"--max-new-tokens", true}, {"--temperature", true}, {"--top-k", true},        {"--top-p", true},
-      {"--seed", true},        {"--num-samples", true},  {"--device", true},         {"--greedy", false},
-      {"--ignore-eos", false}};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::cout << kUsage;
-      return false;
-    }
-    auto it = takes_value.find(a);
-    MEGATRON_CHECK(it != takes_value.end(), "unknown flag '", a, "'\n", kUsage);
-    if (it->second) {
-      MEGATRON_CHECK(i + 1 < argc, a, " needs a value");
-      f[a] = argv[++i];
-    } else {
-      f.emplace(a, std::string());  // a switch: present
-    }
-  }
-  return true;
+std::vector<train::ToolFlag> known_flags() {
+  return {{"--load"},          {"--prompt"},          {"--prompt-ids"},   {"--tokenizer-type"}, {"--vocab-file"},
+          {"--merge-file"},    {"--tokenizer-model"}, {"--vocab-size"},   {"--max-new-tokens"}, {"--temperature"},
+          {"--top-k"},         {"--top-p"},           {"--seed"},         {"--num-samples"},    {"--device"},
+          {"--greedy", false}, {"--ignore-eos", false}};
 }
 
-inference::SamplingOptions sampling_options(Flags& f) {
+constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
+
+inference::SamplingOptions sampling_options(const ToolFlags& f) {
   inference::SamplingOptions sampling;
-  sampling.temperature = f.count("--greedy") ? 0.0 : (f.count("--temperature") ? std::stod(f["--temperature"]) : 1.0);
-  sampling.top_k = f.count("--top-k") ? std::stoll(f["--top-k"]) : 0;
-  sampling.top_p = f.count("--top-p") ? std::stod(f["--top-p"]) : 1.0;
-  sampling.seed = f.count("--seed") ? std::stoull(f["--seed"]) : 1234;
+  sampling.temperature = f.has("--greedy") ? 0.0 : f.number("--temperature", 1.0, 0.0, 1e6);
+  sampling.top_k = f.integer("--top-k", 0, 0, kMaxInt32);
+  sampling.top_p = f.number("--top-p", 1.0, 0.0, 1.0);
+  sampling.seed = uint64_t(f.integer("--seed", 1234, 0, std::numeric_limits<int64_t>::max()));
   inference::validate(sampling);
   return sampling;
 }
@@ -75,28 +59,27 @@ struct Prompt {
 };
 
 // The prompt's ids: --prompt encoded by the tokenizer, or --prompt-ids as given.
-Prompt read_prompt(Flags& f) {
+Prompt read_prompt(const ToolFlags& f) {
   std::vector<int32_t> prompt;
   int32_t eod = -1;
   std::unique_ptr<data::Tokenizer> tokenizer;
-  if (f.count("--tokenizer-type")) {
+  if (f.has("--tokenizer-type")) {
     data::TokenizerConfig tc;
-    tc.type = f["--tokenizer-type"];
-    tc.vocab_file = f["--vocab-file"];
-    tc.merge_file = f["--merge-file"];
-    tc.tokenizer_model = f["--tokenizer-model"];
-    if (f.count("--vocab-size")) tc.vocab_size = std::stoll(f["--vocab-size"]);
+    tc.type = f.text("--tokenizer-type");
+    tc.vocab_file = f.text("--vocab-file");
+    tc.merge_file = f.text("--merge-file");
+    tc.tokenizer_model = f.text("--tokenizer-model");
+    if (f.has("--vocab-size")) tc.vocab_size = f.integer("--vocab-size", 0, 1, kMaxInt32);
     tokenizer = data::make_tokenizer(tc);
     eod = tokenizer->eod();
   }
-  if (f.count("--prompt")) {
+  if (f.has("--prompt")) {
     MEGATRON_CHECK(tokenizer != nullptr, "--prompt needs --tokenizer-type (and its files)");
-    prompt = tokenizer->encode(f["--prompt"]);
+    prompt = tokenizer->encode(f.text("--prompt"));
   }
-  if (f.count("--prompt-ids")) {
-    std::istringstream in(f["--prompt-ids"]);
-    for (int64_t id; in >> id;) prompt.push_back(int32_t(id));
-  }
+  if (f.has("--prompt-ids"))
+    for (int64_t id : train::integer_list("--prompt-ids", f.text("--prompt-ids"), 0, kMaxInt32))
+      prompt.push_back(int32_t(id));
   MEGATRON_CHECK(!prompt.empty(), "the prompt is empty");
   return {std::move(prompt), std::move(tokenizer), eod};
 }
@@ -167,27 +150,28 @@ void print_sample(const Prompt& prompt, const std::vector<int32_t>& generated) {
 }
 
 int run(int argc, char** argv) {
-  Flags f;
-  if (!parse_flags(argc, argv, f)) return 0;
-  MEGATRON_CHECK(f.count("--load"), "--load is required\n", kUsage);
-  MEGATRON_CHECK(f.count("--prompt") != f.count("--prompt-ids"), "give exactly one of --prompt and --prompt-ids\n", kUsage);
+  const ToolFlags f(std::vector<std::string>(argv + 1, argv + argc), known_flags(), kUsage);
+  if (f.help()) {
+    std::cout << kUsage;
+    return 0;
+  }
+  f.require("--load");
+  MEGATRON_CHECK(f.has("--prompt") != f.has("--prompt-ids"), "give exactly one of --prompt and --prompt-ids\n", kUsage);
   GenerateSettings settings;
   settings.sampling = sampling_options(f);
-  const int64_t max_new = f.count("--max-new-tokens") ? std::stoll(f["--max-new-tokens"]) : 64;
-  const int64_t samples = f.count("--num-samples") ? std::stoll(f["--num-samples"]) : 1;
-  MEGATRON_CHECK(max_new > 0 && samples > 0, "--max-new-tokens and --num-samples must be positive");
-  settings.max_new = max_new;
+  settings.max_new = f.integer("--max-new-tokens", 64, 1, kMaxInt32);
+  const int64_t samples = f.integer("--num-samples", 1, 1, kMaxInt32);
+  const std::string device = f.choice("--device", "auto", {"auto", "cpu", "cuda"});
   const Prompt prompt = read_prompt(f);
   settings.eod = prompt.eod;
-  settings.ignore_eos = f.count("--ignore-eos") != 0;
+  settings.ignore_eos = f.has("--ignore-eos");
 
-  const std::string device = f.count("--device") ? f["--device"] : "auto";
   const bool cuda = device == "cuda" || (device == "auto" && cuda_device_count() > 0);
   auto ctx = Context::create(cuda ? Device::cuda(0) : Device::cpu());
   const auto t0 = std::chrono::steady_clock::now();
-  checkpoint::LoadedModel loaded = checkpoint::load_model(*ctx, f["--load"], cuda ? DType::BF16 : DType::F32);
+  checkpoint::LoadedModel loaded = checkpoint::load_model(*ctx, f.text("--load"), cuda ? DType::BF16 : DType::F32);
   settings.max_length = max_length_for(loaded, prompt.ids, settings.max_new);
-  std::cerr << "loaded " << f["--load"] << " (iteration " << loaded.iteration << ", "
+  std::cerr << "loaded " << f.text("--load") << " (iteration " << loaded.iteration << ", "
             << nn::count_elements(loaded.model->parameters()) << " parameters) on " << ctx->device() << " in "
             << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
 

@@ -83,11 +83,13 @@ int main(int argc, char** argv) {
       ->required();
   output->add_option("--dataset-impl", dataset_impl, "Accepted for old scripts; only mmap");
   auto* runtime = app.add_option_group("runtime");
+  // Integer ranges, not CLI::PositiveNumber: its message for 0 is "not in range 0.000000 to 1.79e308" (a
+  // double's bounds printed in full), and a million threads or partition files is a typo, not a plan.
   runtime->add_option("--workers", o.workers, "Tokenizer threads (shared out over the partitions)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 4096));
   runtime->add_option("--partitions", o.partitions,
                       "Split the input into this many line-aligned byte ranges, processed concurrently and merged")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 4096));
   runtime->add_option("--log-interval", o.log_interval, "Progress line every this many documents (0: none)");
   runtime->add_flag("--keep-sequential-samples", keep_sequential,
                     "Accepted for Megatron's scripts; input order is always kept");

@@ -17,10 +17,12 @@
 #include "harness.h"
 #include "megatron/checkpoint/async_saver.h"
 #include "megatron/checkpoint/checkpoint_dir.h"
+#include "megatron/checkpoint/checkpoint_verify.h"
 #include "megatron/checkpoint/safetensors.h"
 #include "megatron/checkpoint/shard_reader.h"
 #include "megatron/checkpoint/shard_writer.h"
 #include "megatron/checkpoint/snapshot_stager.h"
+#include "megatron/checkpoint/training_checkpoint.h"
 
 namespace megatron::checkpoint {
 namespace {
@@ -202,7 +204,12 @@ TEST(CheckpointIO, CorruptionAndTruncationAreRefusedNamingFileAndTensor) {
   }
   {
     std::ofstream(root / "latest_checkpointed_iteration.txt") << "12x\n";
-    testing::expect_error([&] { CheckpointReader::open(root); }, {"latest_checkpointed_iteration.txt", "'12x'"});
+    testing::expect_error([&] { CheckpointReader::open(root); }, {"latest_checkpointed_iteration.txt", "\"12x\""});
+    // Too many digits for an iteration, and binary garbage: the same error, the bytes shown escaped.
+    std::ofstream(root / "latest_checkpointed_iteration.txt") << "99999999999999999999999\n";
+    testing::expect_error([&] { CheckpointReader::open(root); }, {"\"99999999999999999999999\"", "expected an iteration"});
+    std::ofstream(root / "latest_checkpointed_iteration.txt") << "\x1b[31m\x01";
+    testing::expect_error([&] { CheckpointReader::open(root); }, {"\"\\x1b[31m\\x01\"", "expected an iteration"});
     std::ofstream(root / "latest_checkpointed_iteration.txt") << "8\n";
     testing::expect_error([&] { CheckpointReader::open(root); }, {"iter_0000008 does not exist"});
   }
@@ -282,6 +289,86 @@ TEST(CheckpointIO, AKilledSaveLeavesThePreviousCheckpointLoadable) {
     const double v = first_value(root);
     EXPECT_TRUE(r.iteration() == 10 ? v == 10.0 : v == 30.0) << "iteration " << r.iteration() << " value " << v;
   }
+}
+
+// metadata.json fields found malformed by fuzz_checkpoint: errors naming the file and the field, not
+// std::invalid_argument (stoul) or nlohmann's type_error escaping from the state readers.
+TEST(CheckpointIO, MalformedMetadataFieldsAreNamed) {
+  fs::path root = testing::make_temp_dir("ckpt_metadata");
+  save_checkpoint(cpu(), root, 4, simple_items(4.0), {{"iteration", 4}, {"rng", {{"seed", 7}}}});
+  const fs::path meta = iteration_dir(root, 4) / kMetadataFile;
+  std::ifstream in(meta);
+  const std::string good(std::istreambuf_iterator<char>(in), {});
+  in.close();
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    std::ofstream(meta, std::ios::trunc) << text;
+  };
+  const size_t crc = good.find("\"crc32c\": \"0x");
+  ASSERT_NE(crc, std::string::npos);
+  with(good.substr(crc, 22), "\"crc32c\": \"zz\"");
+  testing::expect_error([&] { CheckpointReader::open(root); },
+                        {meta.string(), "has crc32c \"zz\"; expected 0x and up to 8 hex digits"});
+  with("\"seed\": 7", "\"seed\": \"seven\"");
+  testing::expect_error([&] { preview_checkpoint(root); },
+                        {meta.string(), "state.rng.seed must be a non-negative integer, got \"\\\"seven\\\"\""});
+  with("\"seed\": 7", "\"seed\": 7");
+  EXPECT_EQ(preview_checkpoint(root).seed, 7u);
+}
+
+TEST(CheckpointIO, IntactCheckpointsAreTellableFromDamagedOnes) {
+  fs::path root = testing::make_temp_dir("ckpt_intact");
+  for (int64_t it : {1, 2, 3}) save_checkpoint(cpu(), root, it, simple_items(double(it)));
+  EXPECT_TRUE(checkpoint_is_intact(iteration_dir(root, 3)));
+  EXPECT_TRUE(checkpoint_problems(iteration_dir(root, 3)).empty());
+  // Iteration 3's shard cut short, iteration 2's corrupted: the newest intact one is 1.
+  const fs::path shard3 = iteration_dir(root, 3) / "rank_00000.safetensors";
+  fs::resize_file(shard3, fs::file_size(shard3) - 7);
+  const fs::path shard2 = iteration_dir(root, 2) / "rank_00000.safetensors";
+  {
+    auto f = SafetensorsFile::open(shard2);
+    const uint64_t at = f->data_start() + f->entry("w").begin + 3;
+    f.reset();
+    std::ifstream in(shard2, std::ios::binary);
+    in.seekg(std::streamoff(at));
+    const char c = char(in.get());
+    in.close();
+    write_bytes_at(shard2, at, char(c ^ 0x10));
+  }
+  std::vector<std::string> problems;
+  EXPECT_FALSE(checkpoint_is_intact(iteration_dir(root, 3), nullptr, &problems));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("truncated"), std::string::npos) << problems[0];
+  problems = checkpoint_problems(iteration_dir(root, 2));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("tensor 'w'"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find("is corrupt: CRC-32C"), std::string::npos) << problems[0];
+  // Split over two "ranks" (files are dealt out by position): the one file falls to part 0.
+  EXPECT_EQ(checkpoint_problems(iteration_dir(root, 2), 1, 2).size(), 0u);
+  const std::optional<IntactCheckpoint> intact = newest_intact_checkpoint(root, int64_t{3});
+  ASSERT_TRUE(intact.has_value());
+  EXPECT_EQ(intact->iteration, 1);
+  EXPECT_NE(intact_checkpoint_hint(root, int64_t{3}).find("is iter_0000001 (iteration 1): pass --load-fallback-to-intact"),
+            std::string::npos);
+  fs::remove_all(iteration_dir(root, 1) / kMetadataFile);
+  EXPECT_FALSE(newest_intact_checkpoint(root, int64_t{3}).has_value());
+  EXPECT_NE(intact_checkpoint_hint(root, int64_t{3}).find("no intact checkpoint to fall back to"), std::string::npos);
+}
+
+TEST(CheckpointIO, RetentionNeverLeavesAPartialIterationDirectory) {
+  fs::path root = testing::make_temp_dir("ckpt_retention");
+  SaveOptions o;
+  o.keep_last = 1;
+  save_checkpoint(cpu(), root, 1, simple_items(1.0), {}, o);
+  // What a crash in the middle of deleting an old checkpoint leaves: the renamed directory, half deleted.
+  fs::create_directories(root / ".iter_0000000.deleted.tmp");
+  save_checkpoint(cpu(), root, 2, simple_items(2.0), {}, o);
+  EXPECT_EQ(saved_iterations(root), (std::vector<int64_t>{2}));
+  for (const auto& entry : fs::directory_iterator(root))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
 }
 
 TEST(CheckpointIO, KeepLastDeletesOlderCheckpoints) {

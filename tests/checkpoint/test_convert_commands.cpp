@@ -164,5 +164,20 @@ TEST(ConvertCommandLine, RefusalsNameTheFlagAndWhatToUse) {
                         {"unknown flag --hf-model-pth", "did you mean --hf-model-path?", "--hf-model-path (or --hf-model) is required"});
 }
 
+// Sizes are positive integers that fit an int (strtol saturates past LONG_MAX, and int() would wrap what
+// lies between), and the text given is echoed escaped.
+TEST(ConvertCommandLine, SizesOutOfRangeOrNotNumbersAreRefused) {
+  const auto native = [](const std::string& tp) {
+    return parse_conversion_command({"--direction", "hf-to-megatron", "--load-dir", "H", "--save-dir", "M",
+                                     "--target-tensor-parallel-size", tp});
+  };
+  EXPECT_EQ(native("4").tensor_parallel_size, 4);
+  for (const char* bad : {"0", "-2", "4294967298", "99999999999999999999", "4x", ""})
+    testing::expect_error([&] { native(bad); }, {"--target-tensor-parallel-size \"", "must be a positive integer"});
+  testing::expect_error([&] { native("2\x1b"); }, {"--target-tensor-parallel-size \"2\\x1b\" must be"});
+  testing::expect_error([] { parse_conversion_command({"import", "--hf-model-path", "H", "--output-path", "M", "--tp", "2147483648"}); },
+                        {"--tp \"2147483648\" must be a positive integer"});
+}
+
 }  // namespace
 }  // namespace megatron::checkpoint

@@ -162,7 +162,7 @@ TEST(HfConvert, RefusesWhatItCannotRepresent) {
   c["hidden_act"] = "gelu";
   testing::expect_error([&] { arguments_from_hf(c); }, {"hidden_act 'gelu'"});
   c["model_type"] = "bert";
-  testing::expect_error([&] { arguments_from_hf(c); }, {"model type 'bert' is not supported"});
+  testing::expect_error([&] { arguments_from_hf(c); }, {"model type \"bert\" is not supported"});
   c = llama_config("llama", false, 2);
   TensorMap hf = hf_tensors(c, DType::F32);
   hf["model.layers.0.self_attn.q_norm.weight"] = random_tensor({8}, DType::F32, 9);
@@ -231,6 +231,28 @@ TEST(HfConvert, CheckpointsWithoutAddQkvBiasLoadAsWithout) {
   const std::vector<std::string> diffs = architecture_differences(saved, config);
   ASSERT_EQ(diffs.size(), 1u);
   EXPECT_NE(diffs[0].find("--add-qkv-bias"), std::string::npos) << diffs[0];
+}
+
+// config.json fields of the wrong type or size (found by fuzz_hf_config): errors naming the field, not
+// nlohmann's type_error, a narrowed integer or a division by zero.
+TEST(HfConvert, ConfigFieldsOfTheWrongTypeOrSizeAreNamed) {
+  json c = llama_config("llama", false, 2);
+  c["num_attention_heads"] = 0;
+  testing::expect_error([&] { arguments_from_hf(c); },
+                        {"config.json gives sizes that must be positive: the attention heads (0)"});
+  c = llama_config("llama", false, 2);
+  c["hidden_size"] = "64";
+  testing::expect_error([&] { arguments_from_hf(c); }, {"\"hidden_size\" must be an integer, got \"\\\"64\\\"\""});
+  c = llama_config("llama", false, 2);
+  c["intermediate_size"] = 3000000000LL;
+  testing::expect_error([&] { arguments_from_hf(c); }, {"\"intermediate_size\" must be an integer, got \"3000000000\""});
+  c = llama_config("llama", false, 2);
+  c["rms_norm_eps"] = "small";
+  testing::expect_error([&] { arguments_from_hf(c); }, {"\"rms_norm_eps\" must be a number"});
+  c = llama_config("llama", false, 2);
+  c.erase("vocab_size");
+  testing::expect_error([&] { arguments_from_hf(c); }, {"config.json has no \"vocab_size\""});
+  testing::expect_error([&] { hf_family_of(json::array()); }, {"config.json must be a JSON object, it is array"});
 }
 
 // A model with a bias on every linear (trained so, then exported as Qwen2): the biases Qwen2 cannot hold are

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "harness.h"
 #include "megatron/core/error.h"
 #include "megatron/data/blended_dataset.h"
+#include "megatron/data/dataset_split.h"
 #include "megatron/data/gpt_dataset.h"
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/data/md5.h"
@@ -293,6 +295,70 @@ TEST(GptIndices, EqualPythonReference) {
   fs::remove_all(dir);
 }
 
+// The checks a cache must pass accept every index the builder makes (else a valid cache would be refused).
+TEST(GptIndices, BuiltIndicesPassTheCacheChecks) {
+  std::mt19937_64 rng(17);
+  for (int c = 0; c < 60; ++c) {
+    std::vector<int32_t> lengths(size_t(1 + rng() % 40));
+    for (int32_t& l : lengths) l = int32_t(rng() % 30);  // empty sequences included
+    lengths[0] = 5;
+    GptIndexRequest r;
+    r.sequence_lengths = lengths;
+    r.sequences = {int64_t(rng() % 2), int64_t(lengths.size())};
+    r.sequence_length = int64_t(1 + rng() % 12);
+    r.random_seed = rng();
+    r.add_extra_token_to_sequence = rng() % 4 != 0;
+    r.drop_last_partial_sequence = rng() % 3 != 0;
+    if (rng() % 3 != 0) r.num_samples = int64_t(rng() % 200);
+    const std::string what = "case " + std::to_string(c);
+    GptIndices x;
+    try {
+      x = build_gpt_indices(r, what);
+    } catch (const megatron::Error&) {
+      continue;  // a split without tokens
+    }
+    EXPECT_NO_THROW(check_gpt_indices(x, r, what)) << what << ": " << error_of([&] { check_gpt_indices(x, r, what); });
+  }
+}
+
+TEST(GptIndices, ACorruptCacheIsRefusedNamingTheArrayAndTheEntry) {
+  const std::vector<int32_t> lengths = {5, 3, 0, 7, 4};
+  GptIndexRequest r;
+  r.sequence_lengths = lengths;
+  r.sequences = {0, 5};
+  r.sequence_length = 4;
+  r.num_samples = 6;
+  const GptIndices good = build_gpt_indices(r, "x");
+  ASSERT_NO_THROW(check_gpt_indices(good, r, "x"));
+  const auto expect = [&](auto corrupt, const std::vector<std::string>& parts) {
+    GptIndices bad = good;
+    corrupt(bad);
+    std::vector<std::string> all = parts;
+    all.push_back("the cache");
+    megatron::testing::expect_error([&] { check_gpt_indices(bad, r, "the cache"); }, all);
+  };
+  expect([](GptIndices& x) { x.document_index[2] = 9; }, {"document_index[2] = 9 is not a sequence of the split [0, 5)"});
+  expect([](GptIndices& x) { x.sample_index[0] = 1; }, {"sample_index must start with the row (0, 0)"});
+  expect([](GptIndices& x) { x.sample_index[4] = 1000; }, {"sample_index row 2 (1000,", "outside the"});
+  expect(
+      [](GptIndices& x) {
+        // A row past the end of its sequence (one whose next row is in a later document): the sample ending
+        // there or the one starting there is refused.
+        for (size_t i = 1; i + 1 < x.sample_index.size() / 2; ++i)
+          if (x.sample_index[2 * i + 2] > x.sample_index[2 * i]) {
+            x.sample_index[2 * i + 1] = 1000;
+            return;
+          }
+      },
+      {"sample_index row", "reads tokens [", "of sequence", ", which has "});
+  expect([](GptIndices& x) { x.sample_index[2] = int64_t(x.document_index.size()) - 1, x.sample_index[3] = 0; },
+         {"sample_index row 2", "goes back from row 1"});
+  expect([](GptIndices& x) { x.shuffle_index[1] = x.shuffle_index[0]; }, {"shuffle_index[1] =", "appears twice"});
+  expect([](GptIndices& x) { x.shuffle_index[0] = -1; }, {"shuffle_index[0] = -1 is outside [0, "});
+  expect([](GptIndices& x) { x.shuffle_index.pop_back(); }, {"the shuffle index has"});
+  expect([](GptIndices& x) { x.sample_index.resize(4); x.shuffle_index.resize(1); }, {"fewer than the 6 requested"});
+}
+
 TEST(GptIndices, EmptySplitIsAnErrorNamingTheSplit) {
   const fs::path dir = make_temp_dir("empty");
   const std::string prefix = write_corpus(dir, 20, 30, 4);
@@ -309,6 +375,22 @@ TEST(GptIndices, EmptySplitIsAnErrorNamingTheSplit) {
   EXPECT_NE(error.find("[20, 20) of 20"), std::string::npos) << error;
   EXPECT_NE(error.find("10 samples"), std::string::npos) << error;
   fs::remove_all(dir);
+}
+
+TEST(DatasetSplit, ReadsMegatronsFormsAndNamesAnItemThatIsNotANumber) {
+  EXPECT_EQ(parse_and_normalize_split("969,30,1"), (std::array<double, 3>{0.969, 0.03, 0.001}));
+  EXPECT_EQ(parse_and_normalize_split("0.7, 0.2, 0.1"), parse_and_normalize_split("0.7/0.2/0.1"));
+  EXPECT_EQ(parse_and_normalize_split(" 1 "), (std::array<double, 3>{1.0, 0.0, 0.0}));
+  // Megatron's regex found no numbers in these and trained on weights 0, 0, 0.
+  const std::string letters = error_of([] { parse_and_normalize_split("a,b,c"); });
+  EXPECT_NE(letters.find("--split \"a,b,c\": item 1 (\"a\") is not a number"), std::string::npos) << letters;
+  const std::string exponent = error_of([] { parse_and_normalize_split("98,1e-3,2"); });
+  EXPECT_NE(exponent.find("item 2 (\"1e-3\") is not a number"), std::string::npos) << exponent;
+  const std::string empty = error_of([] { parse_and_normalize_split("98,,2"); });
+  EXPECT_NE(empty.find("item 2 (\"\") is not a number"), std::string::npos) << empty;
+  EXPECT_NE(error_of([] { parse_and_normalize_split("1.2.3"); }).find("is not a number"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_and_normalize_split("1,2,3,4"); }).find("at most 3 weights"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_and_normalize_split("0,0,0"); }).find("must not all be zero"), std::string::npos);
 }
 
 TEST(GptIndices, MockDatasetLengthsEqualNumpyDefaultRng) {

@@ -4,6 +4,7 @@
 // leaves no .idx. Needs python3 with numpy (a missing one fails the tests).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <unistd.h>
@@ -190,6 +191,17 @@ TEST(IndexedDataset, BadInputsNameThePath) {
   std::string bad = good_idx;
   bad[0] = 'X';
   expect_error(bad, good_bin, "bad magic", ".idx");
+  // Garbage in place of the magic (an escape sequence, NUL, bytes >= 0x80) is shown escaped: the message
+  // never writes raw control bytes to the terminal.
+  bad = good_idx;
+  bad.replace(0, 9, std::string("\x1b[2J\0\xff\x01GZ", 9));
+  expect_error(bad, good_bin, R"(bad magic at byte 0: expected "MMIDIDX\x00\x00")", ".idx");
+  expect_error(bad, good_bin, R"(found "\x1b[2J\x00\xff\x01GZ")", ".idx");
+  {
+    const std::string garbage = error_of([&] { IndexedDatasetReader reader(prefix); });
+    EXPECT_EQ(std::count_if(garbage.begin(), garbage.end(), [](char c) { return c >= 0 && c < 0x20 && c != '\n'; }), 0)
+        << garbage;
+  }
   bad = good_idx;
   bad[9] = 2;
   expect_error(bad, good_bin, "unsupported version: expected 1, found 2", ".idx");
@@ -225,22 +237,42 @@ TEST(IndexedDataset, BadInputsNameThePath) {
   fs::remove_all(dir);
 }
 
-TEST(IndexedDataset, InterruptedWriterLeavesNoIdx) {
+TEST(IndexedDataset, AnInterruptedWriterLeavesThePreviousDatasetIntact) {
   const fs::path dir = make_temp_dir("interrupted");
   const std::string prefix = (dir / "p").string();
-  write_with_ours(prefix, TokenDType::U16, random_sequences(1, 5, 100, false));
-  ASSERT_TRUE(fs::exists(prefix + ".idx"));
+  const auto previous = random_sequences(1, 5, 100, false);
+  write_with_ours(prefix, TokenDType::U16, previous);
+  const std::string idx_before = read_file(prefix + ".idx"), bin_before = read_file(prefix + ".bin");
   {
-    IndexedDatasetWriter writer(prefix, TokenDType::U16);  // removes the stale .idx at once
-    EXPECT_FALSE(fs::exists(prefix + ".idx"));
+    IndexedDatasetWriter writer(prefix, TokenDType::U16);
     const std::vector<int32_t> doc = {1, 2, 3};
     writer.add_document(doc);
-    // destroyed without finalize(): an interrupted run
+    EXPECT_TRUE(fs::exists(prefix + ".bin.tmp"));
+    // destroyed without commit(): an interrupted run (a full disk, a bad line under --strict)
   }
-  EXPECT_FALSE(fs::exists(prefix + ".idx"));
+  EXPECT_EQ(read_file(prefix + ".idx"), idx_before);
+  EXPECT_EQ(read_file(prefix + ".bin"), bin_before);
   EXPECT_FALSE(fs::exists(prefix + ".idx.tmp"));
-  const std::string error = error_of([&] { IndexedDatasetReader reader(prefix); });
-  EXPECT_NE(error.find(prefix + ".idx"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(prefix + ".bin.tmp"));
+  EXPECT_EQ(IndexedDatasetReader(prefix).num_sequences(), int64_t(previous.size()));
+  {
+    // Prepared but not committed: the same.
+    IndexedDatasetWriter writer(prefix, TokenDType::U16);
+    writer.add_document(std::vector<int32_t>{7});
+    writer.prepare();
+    EXPECT_TRUE(fs::exists(prefix + ".idx.tmp"));
+    EXPECT_EQ(read_file(prefix + ".idx"), idx_before);
+  }
+  EXPECT_EQ(read_file(prefix + ".idx"), idx_before);
+  EXPECT_FALSE(fs::exists(prefix + ".idx.tmp"));
+  // A committed writer replaces the dataset.
+  {
+    IndexedDatasetWriter writer(prefix, TokenDType::U16);
+    writer.add_document(std::vector<int32_t>{7});
+    writer.finalize();
+  }
+  EXPECT_EQ(IndexedDatasetReader(prefix).get(0), std::vector<int64_t>{7});
+  EXPECT_FALSE(fs::exists(prefix + ".bin.tmp"));
   fs::remove_all(dir);
 }
 

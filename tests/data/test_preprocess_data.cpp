@@ -28,6 +28,7 @@
 
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/data/tokenizers/tokenizer.h"
+#include "temp_dirs.h"
 
 namespace megatron::data {
 namespace {
@@ -159,9 +160,7 @@ class PreprocessData : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (kPreprocess == nullptr || !have_gpt2()) return;
-    dir_ = new fs::path(fs::temp_directory_path() / ("megatron_preprocess_" + std::to_string(::getpid())));
-    fs::remove_all(*dir_);
-    fs::create_directories(*dir_);
+    dir_ = new fs::path(megatron::testing::make_temp_dir("preprocess"));
     write_file(*dir_ / "corpus.jsonl", jsonl(corpus_lines(1500, 7)));
     const std::string cmd = "python3 " + (fs::path(MEGATRON_TESTS_SOURCE_DIR) / "data" / "preprocess" / "make_bpe.py").string() +
                             " " + dir_->string() + " " + (*dir_ / "corpus.jsonl").string() + " 600 text title";
@@ -384,9 +383,7 @@ class PreprocessDataNullTokenizer : public ::testing::Test {
  protected:
   void SetUp() override {
     if (kPreprocess == nullptr) GTEST_SKIP() << "preprocess_data is not built (needs CLI11)";
-    dir_ = fs::temp_directory_path() / ("megatron_preprocess_null_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = megatron::testing::make_temp_dir("preprocess_null");
   }
   void TearDown() override {
     if (!dir_.empty()) fs::remove_all(dir_);

@@ -127,14 +127,6 @@ void expect_error(const std::function<void()>& fn, const std::vector<std::string
   }
 }
 
-std::filesystem::path make_temp_dir(const std::string& tag) {
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("megatron_test_" + tag + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 void run_python(const std::filesystem::path& dir, const std::string& script, const std::string& args) {
   const std::filesystem::path path = dir / "script.py";
   std::ofstream(path) << script;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "megatron/runtime/context.h"
+#include "temp_dirs.h"
 
 namespace megatron::testing {
 
@@ -107,8 +108,6 @@ std::string gtest_name(const std::string& s);
 // argument, the shapes): error messages are part of the contract.
 void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts);
 
-// A fresh, empty directory under the system temp dir, unique to this process and `tag`.
-std::filesystem::path make_temp_dir(const std::string& tag);
 // Writes `script` to dir/script.py and runs `python3 dir/script.py args`; a non-zero exit (python3 or a
 // package missing, or the reference failing) fails the test: references are never silently skipped.
 void run_python(const std::filesystem::path& dir, const std::string& script, const std::string& args);

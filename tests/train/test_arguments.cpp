@@ -2,6 +2,8 @@
 // reported at once, vocabulary padding, and the FLOPs formula against an independent count.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "harness.h"
 #include "megatron/train/flags.h"
 #include "megatron/train/flops.h"
@@ -57,6 +59,33 @@ TEST(Flags, UnknownFlagSuggestsTheNearestAndAllProblemsAreListed) {
   expect_error([] { parse_arguments({"--lr"}); }, {"--lr needs a value"});
   EXPECT_EQ(nearest_flag("--tensor-parallel-size"), "--tensor-model-parallel-size");
   EXPECT_EQ(nearest_flag("--completely-different-thing-here"), "");
+}
+
+// nearest_flag prunes with lower bounds (length difference, byte histograms) so that a long argument costs
+// little; its answer must stay the plain search's: the first flag at the smallest distance within the limit.
+TEST(Flags, NearestFlagEqualsThePlainSearch) {
+  const std::vector<FlagStatusRow> flags = flag_statuses();
+  const auto plain = [&](const std::string& unknown) {
+    std::string best;
+    size_t best_distance = SIZE_MAX;
+    for (const FlagStatusRow& f : flags)
+      if (const size_t d = edit_distance(unknown, f.name); d < best_distance) best_distance = d, best = f.name;
+    return best_distance <= std::max<size_t>(3, unknown.size() / 3) ? best : "";
+  };
+  std::mt19937 random(5);
+  for (int c = 0; c < 400; ++c) {
+    std::string s = flags[random() % flags.size()].name;
+    for (int edits = int(random() % 8); edits > 0 && !s.empty(); --edits) {
+      const size_t at = random() % s.size();
+      const char ch = char('a' + random() % 27);  // '{' stands for a byte no flag has
+      if (random() % 3 == 0) s.erase(at, 1);
+      else if (random() % 2 == 0) s.insert(at, 1, ch);
+      else s[at] = ch;
+    }
+    EXPECT_EQ(nearest_flag(s), plain(s)) << s;
+  }
+  const std::string huge = "--hidden-size" + std::string(200000, 'x');  // must not cost |a| x |b| per flag
+  EXPECT_EQ(nearest_flag(huge), "");
 }
 
 TEST(Flags, DataPathTakesWeightsAndPrefixes) {

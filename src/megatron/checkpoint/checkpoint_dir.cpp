@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <sstream>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 
 namespace megatron::checkpoint {
 namespace fs = std::filesystem;
@@ -22,14 +24,18 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
-std::optional<int64_t> parse_iteration_dir(const std::string& name) {
-  if (name.rfind("iter_", 0) != 0 || name.size() < 6) return std::nullopt;
+// Decimal digits only, without overflow.
+std::optional<int64_t> parse_digits(std::string_view text) {
   int64_t v = 0;
-  for (size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return std::nullopt;
-    v = v * 10 + (name[i] - '0');
-  }
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return v;
+}
+
+std::optional<int64_t> parse_iteration_dir(const std::string& name) {
+  if (name.rfind("iter_", 0) != 0) return std::nullopt;
+  return parse_digits(std::string_view(name).substr(5));
 }
 
 }  // namespace
@@ -61,13 +67,14 @@ std::optional<LatestCheckpoint> read_latest_checkpoint(const fs::path& root) {
     latest.release = true;
     latest.dir = root / "release";
   } else {
-    MEGATRON_CHECK(!text.empty() && text.find_first_not_of("0123456789") == std::string::npos, "checkpoint tracker ",
-                   tracker.string(), " holds '", text, "'; expected an iteration number or 'release'");
-    latest.iteration = std::stoll(text);
+    const std::optional<int64_t> iteration = parse_digits(text);
+    MEGATRON_CHECK(iteration.has_value(), "checkpoint tracker ", tracker.string(), " holds ", quoted_bytes(text),
+                   "; expected an iteration number or 'release'");
+    latest.iteration = *iteration;
     latest.dir = iteration_dir(root, latest.iteration);
   }
-  MEGATRON_CHECK(fs::is_directory(latest.dir), "checkpoint tracker ", tracker.string(), " names '", text,
-                 "' but ", latest.dir.string(), " does not exist");
+  MEGATRON_CHECK(fs::is_directory(latest.dir), "checkpoint tracker ", tracker.string(), " names ", quoted_bytes(text),
+                 " but ", latest.dir.string(), " does not exist");
   return latest;
 }
 
@@ -80,16 +87,30 @@ void fsync_path(const fs::path& path) {
   if (rc != 0) MEGATRON_FAIL("checkpoint: fsync of ", path.string(), " failed: ", std::strerror(err));
 }
 
+void write_file_synced(const fs::path& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) MEGATRON_FAIL("checkpoint: cannot create ", path.string(), ": ", std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      MEGATRON_FAIL("checkpoint: writing ", path.string(), " failed after ", done, " of ", text.size(),
+                    " bytes: ", std::strerror(err));
+    }
+    done += size_t(n);
+  }
+  const int synced = ::fsync(fd), err = errno;
+  ::close(fd);
+  if (synced != 0) MEGATRON_FAIL("checkpoint: fsync of ", path.string(), " failed: ", std::strerror(err));
+}
+
 void write_latest_iteration(const fs::path& root, const std::string& text) {
   const fs::path tracker = root / kTrackerFile;
   const fs::path tmp = root / (std::string(kTrackerFile) + ".tmp");
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << text << "\n";
-    f.close();
-    MEGATRON_CHECK(f.good(), "checkpoint: cannot write ", tmp.string());
-  }
-  fsync_path(tmp);
+  write_file_synced(tmp, text + "\n");
   std::error_code ec;
   fs::rename(tmp, tracker, ec);
   MEGATRON_CHECK(!ec, "checkpoint: cannot rename ", tmp.string(), " to ", tracker.string(), ": ", ec.message());
@@ -138,7 +159,14 @@ std::vector<int64_t> apply_retention(const fs::path& root, int keep_last) {
   if (its.size() <= size_t(keep_last)) return deleted;
   for (size_t i = 0; i + size_t(keep_last) < its.size(); ++i) {
     if (protected_iteration && its[i] == *protected_iteration) continue;
-    fs::remove_all(iteration_dir(root, its[i]));
+    // Renamed first (one atomic step), then deleted: a crash in the middle of the deletion leaves a hidden
+    // .tmp directory, which the next save removes, never an iter_* directory with files missing.
+    const fs::path doomed = root / str_cat(".", iteration_dir_name(its[i]), ".deleted.tmp");
+    std::error_code ec;
+    fs::rename(iteration_dir(root, its[i]), doomed, ec);
+    MEGATRON_CHECK(!ec, "checkpoint: cannot rename ", iteration_dir(root, its[i]).string(), " to ", doomed.string(),
+                   " to delete it (--keep-last): ", ec.message());
+    fs::remove_all(doomed);
     deleted.push_back(its[i]);
   }
   return deleted;

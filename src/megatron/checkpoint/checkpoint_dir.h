@@ -41,13 +41,17 @@ void write_latest_iteration(const std::filesystem::path& root, const std::string
 
 // fsync of a file or a directory; throws naming the path.
 void fsync_path(const std::filesystem::path& path);
+// Writes `text` to `path` (replacing it) and fsyncs it; throws naming the path and the system's reason
+// (e.g. "No space left on device").
+void write_file_synced(const std::filesystem::path& path, const std::string& text);
 // Renames the complete temporary directory `tmp` to `final` (see above). Both in the same root.
 void publish_directory(const std::filesystem::path& tmp, const std::filesystem::path& final);
 
 // The iterations with a published iter_* directory under root, ascending.
 std::vector<int64_t> saved_iterations(const std::filesystem::path& root);
 // Deletes all but the newest `keep_last` iter_* directories (never the one the tracker names) and any
-// leftover temporary directories; keep_last <= 0 keeps everything. Returns the iterations deleted.
+// leftover temporary directories; keep_last <= 0 keeps everything. Returns the iterations deleted. Each is
+// renamed to a hidden .tmp name before its files go, so an iter_* directory is always complete.
 std::vector<int64_t> apply_retention(const std::filesystem::path& root, int keep_last);
 
 }  // namespace megatron::checkpoint

@@ -1,9 +1,11 @@
 #include "megatron/checkpoint/checkpoint_metadata.h"
 
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 
 namespace megatron::checkpoint {
 
@@ -28,6 +30,17 @@ nlohmann::json piece_json(const SavedPiece& p) {
   return q;
 }
 
+// "0x1a2b3c4d" (as piece_json writes it).
+uint32_t parse_crc32c(const std::string& text, const std::string& key, const std::string& where) {
+  uint32_t value = 0;
+  const char* end = text.data() + text.size();
+  const bool hex = text.size() > 2 && text.size() <= 10 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const auto [stop, error] = hex ? std::from_chars(text.data() + 2, end, value, 16) : std::from_chars(end, end, value);
+  MEGATRON_CHECK(hex && error == std::errc() && stop == end, "checkpoint metadata ", where, ": a piece of '", key,
+                 "' has crc32c ", quoted_bytes(text), "; expected 0x and up to 8 hex digits");
+  return value;
+}
+
 SavedPiece parse_piece(const nlohmann::json& q, const std::string& key, const std::vector<int64_t>& global_shape,
                        DType dtype, const std::string& where) {
   SavedPiece p;
@@ -50,7 +63,7 @@ SavedPiece parse_piece(const nlohmann::json& q, const std::string& key, const st
   p.file = q.at("file").get<std::string>();
   p.name = q.at("name").get<std::string>();
   p.bytes = q.at("bytes").get<uint64_t>();
-  p.crc32c = uint32_t(std::stoul(q.at("crc32c").get<std::string>(), nullptr, 16));
+  p.crc32c = parse_crc32c(q.at("crc32c").get<std::string>(), key, where);
   validate_shard(p.spec);
   MEGATRON_CHECK(p.file.find("..") == std::string::npos && !p.file.empty() && p.file[0] != '/',
                  "checkpoint metadata ", where, ": piece file '", p.file, "' of '", key, "' must be a plain file name");

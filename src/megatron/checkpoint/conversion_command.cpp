@@ -1,10 +1,14 @@
 #include "megatron/checkpoint/conversion_command.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <functional>
 #include <set>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 
 namespace megatron::checkpoint {
 namespace {
@@ -69,11 +73,13 @@ void parse_options(const std::vector<std::string>& args, const std::vector<Optio
   }
 }
 
+// A parallel size: a positive integer that fits an int (strtol saturates on overflow, which int() would wrap).
 int parse_size(const std::string& flag, const std::string& value) {
   char* end = nullptr;
+  errno = 0;
   const long v = std::strtol(value.c_str(), &end, 10);
-  MEGATRON_CHECK(!value.empty() && end == value.c_str() + value.size() && v > 0, flag, " '", value,
-                 "' must be a positive integer");
+  MEGATRON_CHECK(!value.empty() && end == value.c_str() + value.size() && errno == 0 && v > 0 && v <= INT_MAX, flag,
+                 " ", quoted_bytes(value), " must be a positive integer");
   return int(v);
 }
 
@@ -114,7 +120,7 @@ ConversionRequest native_spelling(const std::vector<std::string>& args, std::vec
                  {"--dtype", true, [&](const std::string& v) { set_dtype(r, "--dtype", v); }}},
                 problems);
   if (direction != "hf-to-megatron" && direction != "megatron-to-hf")
-    problems.push_back(str_cat("--direction '", direction, "' must be hf-to-megatron or megatron-to-hf"));
+    problems.push_back(str_cat("--direction ", quoted_bytes(direction), " must be hf-to-megatron or megatron-to-hf"));
   r.import = direction == "hf-to-megatron";
   require(r, "--load-dir", r.load_dir, problems);
   require(r, "--save-dir", r.save_dir, problems);

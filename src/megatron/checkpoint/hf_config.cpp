@@ -1,31 +1,74 @@
 // config.json <-> model and MoE arguments for the Hugging Face families (hf_convert.h states the mapping).
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "megatron/checkpoint/hf_convert.h"
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 #include "megatron/train/moe_arguments.h"
 
 namespace megatron::checkpoint {
 using json = nlohmann::json;
 
 namespace {
-template <class T>
-T get_or(const json& j, const char* key, T fallback) {
-  return j.contains(key) && !j[key].is_null() ? j[key].get<T>() : fallback;
-}
-
 std::string joined(const std::vector<std::string>& parts) {
   std::string s;
   for (const std::string& p : parts) s += (s.empty() ? "" : "; ") + p;
   return s;
 }
 
+// config.json's `key` as a T (int, double, bool or string), `fallback` when absent or null; a value of another
+// type (or an integer outside int) is an error naming the key and the value.
+template <class T>
+T get_or(const json& j, const char* key, T fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const json& v = j[key];
+  bool ok = false;
+  if constexpr (std::is_same_v<T, int>)
+    ok = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<int>::max())
+         : v.is_number_integer() ? v.get<int64_t>() >= std::numeric_limits<int>::min() &&
+                                       v.get<int64_t>() <= std::numeric_limits<int>::max()
+                                 : false;
+  else if constexpr (std::is_same_v<T, double>)
+    ok = v.is_number();
+  else if constexpr (std::is_same_v<T, bool>)
+    ok = v.is_boolean();
+  else
+    ok = v.is_string();
+  const char* type = std::is_same_v<T, int> ? "an integer" : std::is_same_v<T, double> ? "a number"
+                     : std::is_same_v<T, bool> ? "true or false" : "a string";
+  MEGATRON_CHECK(ok, "convert: config.json: \"", key, "\" must be ", type, ", got ", quoted_bytes(v.dump()));
+  return v.get<T>();
+}
+
+// A required integer of config.json.
+int required_int(const json& c, const char* key) {
+  MEGATRON_CHECK(c.contains(key) && !c[key].is_null(), "convert: config.json has no \"", key, "\"");
+  return get_or<int>(c, key, 0);
+}
+
+// Every size the mapping divides by or allocates with must be positive: all violations at once.
+void check_sizes(const train::Arguments& a) {
+  const train::ModelArguments& m = a.model;
+  std::vector<std::string> bad;
+  const std::pair<const char*, int> sizes[] = {
+      {"the layer count", m.num_layers},       {"the hidden size", m.hidden_size},
+      {"the attention heads", m.num_attention_heads}, {"the key/value heads", m.num_query_groups},
+      {"the head dimension", m.kv_channels},   {"the MLP width", m.ffn_hidden_size},
+      {"the vocabulary", m.vocab_size},        {"the positions", m.max_position_embeddings}};
+  for (const auto& [what, value] : sizes)
+    if (value <= 0) bad.push_back(str_cat(what, " (", value, ")"));
+  MEGATRON_CHECK(bad.empty(), "convert: config.json gives sizes that must be positive: ", joined(bad));
+}
+
+
 void gpt2_arguments(const json& c, train::ModelArguments& m, std::vector<std::string>& unsupported) {
-  m.num_layers = c.at("n_layer").get<int>();
-  m.hidden_size = c.at("n_embd").get<int>();
-  m.num_attention_heads = c.at("n_head").get<int>();
+  m.num_layers = required_int(c, "n_layer");
+  m.hidden_size = required_int(c, "n_embd");
+  m.num_attention_heads = required_int(c, "n_head");
   m.ffn_hidden_size = get_or<int>(c, "n_inner", 4 * m.hidden_size);
-  m.max_position_embeddings = c.at("n_positions").get<int>();
+  m.max_position_embeddings = required_int(c, "n_positions");
   m.seq_length = m.max_position_embeddings;
   m.position_embedding_type = "learned_absolute";
   m.normalization = "LayerNorm";
@@ -41,13 +84,13 @@ void gpt2_arguments(const json& c, train::ModelArguments& m, std::vector<std::st
 // Llama, Mistral, Qwen2 and Mixtral: the decoder without its MLP's MoE part. Mistral's and Mixtral's
 // sliding_window is not read (full causal attention: exact for sequences up to the window).
 void llama_style_arguments(HfFamily f, const json& c, train::ModelArguments& m, std::vector<std::string>& unsupported) {
-  m.num_layers = c.at("num_hidden_layers").get<int>();
-  m.hidden_size = c.at("hidden_size").get<int>();
-  m.num_attention_heads = c.at("num_attention_heads").get<int>();
+  m.num_layers = required_int(c, "num_hidden_layers");
+  m.hidden_size = required_int(c, "hidden_size");
+  m.num_attention_heads = required_int(c, "num_attention_heads");
   m.num_query_groups = get_or<int>(c, "num_key_value_heads", m.num_attention_heads);
   m.group_query_attention = m.num_query_groups != m.num_attention_heads;
-  m.kv_channels = get_or<int>(c, "head_dim", m.hidden_size / m.num_attention_heads);
-  m.ffn_hidden_size = c.at("intermediate_size").get<int>();
+  m.kv_channels = get_or<int>(c, "head_dim", m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
+  m.ffn_hidden_size = required_int(c, "intermediate_size");
   m.max_position_embeddings = get_or<int>(c, "max_position_embeddings", 4096);
   m.seq_length = std::min(m.max_position_embeddings, 4096);
   m.position_embedding_type = "rope";
@@ -107,7 +150,7 @@ HfFamily parse_hf_family(const std::string& name) {
     MEGATRON_FAIL("convert: model type '", name, "' (", name == "qwen3" ? "Qwen3" : "Qwen3-MoE",
                   ") cannot be represented exactly: megatron.cpp has no q_norm/k_norm (the per-head RMSNorm of "
                   "queries and keys before RoPE, self_attn.q_norm.weight and self_attn.k_norm.weight)");
-  MEGATRON_FAIL("convert: model type '", name, "' is not supported (llama, mistral, qwen2, mixtral, gpt2)");
+  MEGATRON_FAIL("convert: model type ", quoted_bytes(name), " is not supported (llama, mistral, qwen2, mixtral, gpt2)");
 }
 
 const char* hf_family_name(HfFamily f) {
@@ -122,8 +165,9 @@ const char* hf_family_name(HfFamily f) {
 }
 
 HfFamily hf_family_of(const json& config) {
+  MEGATRON_CHECK(config.is_object(), "convert: config.json must be a JSON object, it is ", config.type_name());
   MEGATRON_CHECK(config.contains("model_type"), "convert: config.json has no model_type");
-  return parse_hf_family(config["model_type"].get<std::string>());
+  return parse_hf_family(get_or<std::string>(config, "model_type", ""));
 }
 
 train::Arguments arguments_from_hf(const json& c) {
@@ -134,7 +178,7 @@ train::Arguments arguments_from_hf(const json& c) {
   m.attention_dropout = 0;
   m.hidden_dropout = 0;
   m.init_method_std = get_or<double>(c, "initializer_range", 0.02);
-  m.vocab_size = c.at("vocab_size").get<int>();
+  m.vocab_size = required_int(c, "vocab_size");
   m.make_vocab_size_divisible_by = 128;
   if (f == HfFamily::GPT2) gpt2_arguments(c, m, unsupported);
   else llama_style_arguments(f, c, m, unsupported);
@@ -142,6 +186,7 @@ train::Arguments arguments_from_hf(const json& c) {
   MEGATRON_CHECK(unsupported.empty(), "convert: this ", hf_family_name(f),
                  " configuration uses what megatron.cpp does not implement: ", joined(unsupported));
   train::resolve(a);
+  check_sizes(a);
   const std::vector<std::string> moe = train::moe_violations(a);
   MEGATRON_CHECK(moe.empty(), "convert: this ", hf_family_name(f), " configuration gives invalid MoE arguments: ",
                  joined(moe));

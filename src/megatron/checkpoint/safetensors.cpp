@@ -7,9 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <set>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -342,6 +346,25 @@ class MappingKeeper final : public Allocator {
   std::shared_ptr<const SafetensorsFile> file_;
   const void* data_;
 };
+
+// Owns a heap copy of a tensor's bytes (malloc aligns for every dtype) and frees it with the last view.
+class CopyKeeper final : public Allocator {
+ public:
+  explicit CopyKeeper(std::span<const std::byte> bytes) : data_(std::malloc(bytes.size())) {
+    if (data_ == nullptr) throw std::bad_alloc();
+    std::memcpy(data_, bytes.data(), bytes.size());
+  }
+  void* allocate(size_t, StreamHandle, std::source_location) override { return data_; }
+  void deallocate(void*) override {
+    std::free(data_);
+    delete this;
+  }
+  Device device() const override { return Device::cpu(); }
+  AllocatorStats stats() const override { return {}; }
+
+ private:
+  void* data_;
+};
 }  // namespace
 
 Tensor SafetensorsFile::tensor(const std::string& name) const {
@@ -350,6 +373,14 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
                  e.file_dtype, ", which has no megatron dtype");
   static const std::byte empty{};
   const void* data = e.end > e.begin ? static_cast<const void*>(map_ + data_start_ + e.begin) : &empty;
+  // The format aligns only the start of the byte buffer: a tensor after one of an odd size (an f32 after
+  // two int8s) is misaligned for its dtype, and reading it through a typed pointer is undefined behaviour
+  // (UBSan reports it). Such a tensor is copied out; aligned ones (the usual case: files of one dtype, or
+  // with the wide dtypes first) stay views of the mapping.
+  if (e.end > e.begin && reinterpret_cast<uintptr_t>(data) % dtype_size(*e.dtype) != 0) {
+    auto* copy = new CopyKeeper({static_cast<const std::byte*>(data), size_t(e.end - e.begin)});
+    return Tensor::empty(e.shape, *e.dtype, *copy);
+  }
   auto* keeper = new MappingKeeper(self_.lock(), data);
   return Tensor::empty(e.shape, *e.dtype, *keeper);
 }

@@ -123,13 +123,7 @@ void publish_checkpoint(const fs::path& root, int64_t iteration, const std::vect
                         const nlohmann::json& state, const SaveOptions& options) {
   const fs::path tmp = temporary_dir(root, iteration, options.release);
   const CheckpointMetadata m = make_metadata(iteration, pieces, state);
-  {
-    std::ofstream f(tmp / kMetadataFile, std::ios::trunc);
-    f << metadata_to_json(m).dump(1) << "\n";
-    f.close();
-    MEGATRON_CHECK(f.good(), "checkpoint: cannot write ", (tmp / kMetadataFile).string());
-  }
-  fsync_path(tmp / kMetadataFile);
+  write_file_synced(tmp / kMetadataFile, metadata_to_json(m).dump(1) + "\n");
   options.hooks(kStageMetadataWritten);
   publish_directory(tmp, final_dir(root, iteration, options.release));
   options.hooks(kStagePublished);
@@ -137,11 +131,27 @@ void publish_checkpoint(const fs::path& root, int64_t iteration, const std::vect
   apply_retention(root, options.keep_last);
 }
 
+namespace {
+
+// After a failed save: its temporary directory goes (best effort), so that a partial shard does not keep
+// holding the space of a full disk; the tracker and every published checkpoint are untouched.
+void remove_failed_save(const fs::path& root, int64_t iteration, bool release) {
+  std::error_code ignored;
+  fs::remove_all(temporary_dir(root, iteration, release), ignored);
+}
+
+}  // namespace
+
 void write_checkpoint(const fs::path& root, int64_t iteration, const HostSnapshot& snap, const nlohmann::json& state,
                       const SaveOptions& options) {
   const fs::path tmp = prepare_save_directory(root, iteration, options.hooks, options.release);
-  std::vector<SavedPiece> pieces = write_rank_file(tmp, snap, iteration, options.hooks);
-  publish_checkpoint(root, iteration, pieces, state, options);
+  try {
+    std::vector<SavedPiece> pieces = write_rank_file(tmp, snap, iteration, options.hooks);
+    publish_checkpoint(root, iteration, pieces, state, options);
+  } catch (...) {
+    remove_failed_save(root, iteration, options.release);
+    throw;
+  }
 }
 
 fs::path prepare_save_directory_on_all(comm::Communicator* world, const fs::path& root, int64_t iteration,
@@ -164,9 +174,17 @@ void gather_and_publish(Context& ctx, comm::Communicator* world, const fs::path&
                         const std::vector<SavedPiece>& mine, const nlohmann::json& state, const SaveOptions& options,
                         std::exception_ptr error) {
   const std::string what = str_cat("checkpoint save of iteration ", iteration, " under ", root.string());
-  agree_on_failure(world, error, what + ": writing the rank files");
-  const std::vector<std::string> lists = all_gather_strings(ctx, world, saved_pieces_to_json(mine).dump());
   const int rank = world != nullptr ? world->rank() : 0;
+  const auto agree = [&](std::exception_ptr failure, const std::string& step) {
+    try {
+      agree_on_failure(world, failure, what + step);
+    } catch (...) {
+      if (rank == 0) remove_failed_save(root, iteration, options.release);  // every rank is done with it
+      throw;
+    }
+  };
+  agree(error, ": writing the rank files");
+  const std::vector<std::string> lists = all_gather_strings(ctx, world, saved_pieces_to_json(mine).dump());
   std::exception_ptr publish_error;
   if (rank == 0) {
     try {
@@ -182,14 +200,18 @@ void gather_and_publish(Context& ctx, comm::Communicator* world, const fs::path&
       publish_error = std::current_exception();
     }
   }
-  agree_on_failure(world, publish_error, what + ": publishing");
+  agree(publish_error, ": publishing");
 }
 
 void save_checkpoint(Context& ctx, const fs::path& root, int64_t iteration, const std::vector<SaveItem>& items,
                      const nlohmann::json& state, const SaveOptions& options, comm::Communicator* world) {
   const int rank = world != nullptr ? world->rank() : 0;
   if (world == nullptr || world->size() == 1) {
-    write_checkpoint(root, iteration, snapshot(ctx, rank, items, /*copy_cpu_tensors=*/false), state, options);
+    try {
+      write_checkpoint(root, iteration, snapshot(ctx, rank, items, /*copy_cpu_tensors=*/false), state, options);
+    } catch (const Error& e) {
+      MEGATRON_FAIL("checkpoint save of iteration ", iteration, " under ", root.string(), ": ", e.what());
+    }
     return;
   }
   const fs::path tmp = prepare_save_directory_on_all(world, root, iteration, options);

@@ -6,6 +6,7 @@
 #include "megatron/checkpoint/sharded_tensor.h"
 #include "megatron/core/error.h"
 #include "megatron/core/progress.h"
+#include "megatron/core/quoted_bytes.h"
 #include "megatron/nn/parameter_shard.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/train/flags.h"
@@ -551,19 +552,10 @@ SaveReport save_training_checkpoint(Context& ctx, const fs::path& root, const Tr
   return report;
 }
 
-CheckpointPreview preview_checkpoint(const fs::path& root) {
-  CheckpointReader reader = CheckpointReader::open(root);
-  CheckpointPreview p;
-  p.directory = reader.directory();
-  p.iteration = reader.iteration();
-  p.release = reader.is_release();
-  p.state = reader.state();
-  if (p.state.contains("rng") && p.state["rng"].contains("seed")) p.seed = p.state["rng"]["seed"].get<uint64_t>();
-  return p;
-}
+namespace {
 
-LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, TrainingState& state,
-                                        const train::CheckpointArguments& flags) {
+LoadedTraining load_training_state(Context& ctx, CheckpointReader& reader, TrainingState& state,
+                                   const train::CheckpointArguments& flags) {
   MEGATRON_CHECK(!state.model.empty(), "load_training_checkpoint: no model");
   const nlohmann::json& saved = reader.state();
   check_same_architecture(reader, saved, state.model.front()->config());
@@ -605,6 +597,45 @@ LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, 
   state.consumed_valid_samples = out.consumed_valid_samples;
   ctx.synchronize();
   return out;
+}
+
+}  // namespace
+
+namespace {
+
+// Runs `read` on the saved state of the checkpoint in `dir`; a field of the wrong type (nlohmann's exceptions)
+// becomes an error naming the file.
+template <class Fn>
+auto reading_state_of(const fs::path& dir, Fn&& read) {
+  try {
+    return read();
+  } catch (const nlohmann::json::exception& e) {
+    MEGATRON_FAIL("checkpoint metadata ", (dir / kMetadataFile).string(), ": the saved state is malformed: ", e.what());
+  }
+}
+
+}  // namespace
+
+CheckpointPreview preview_checkpoint(const fs::path& root) {
+  CheckpointReader reader = CheckpointReader::open(root);
+  CheckpointPreview p;
+  p.directory = reader.directory();
+  p.iteration = reader.iteration();
+  p.release = reader.is_release();
+  p.state = reader.state();
+  reading_state_of(p.directory, [&] {
+    if (!p.state.contains("rng") || !p.state["rng"].contains("seed")) return;
+    const nlohmann::json& seed = p.state["rng"]["seed"];
+    MEGATRON_CHECK(seed.is_number_unsigned(), "checkpoint metadata ", (p.directory / kMetadataFile).string(),
+                   ": state.rng.seed must be a non-negative integer, got ", quoted_bytes(seed.dump()));
+    p.seed = seed.get<uint64_t>();
+  });
+  return p;
+}
+
+LoadedTraining load_training_checkpoint(Context& ctx, CheckpointReader& reader, TrainingState& state,
+                                        const train::CheckpointArguments& flags) {
+  return reading_state_of(reader.directory(), [&] { return load_training_state(ctx, reader, state, flags); });
 }
 
 }  // namespace megatron::checkpoint

@@ -2,6 +2,14 @@
 
 #include <filesystem>
 
+#include "megatron/core/quoted_bytes.h"
+
+namespace megatron {
+
+Error::Error(const std::string& message) : std::runtime_error(terminal_safe(message)) {}
+
+}  // namespace megatron
+
 namespace megatron::detail {
 
 void fail_check(const char* condition, const std::string& message, std::source_location where) {

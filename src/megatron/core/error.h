@@ -11,7 +11,9 @@ namespace megatron {
 
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  // The message is stored terminal_safe (core/quoted_bytes.h): bytes of outside text that reached it
+  // unescaped -- a library's error text, a file's garbage -- are shown as \xNN, never sent to the terminal raw.
+  explicit Error(const std::string& message);
 };
 
 // Concatenates anything that has operator<< into one string.

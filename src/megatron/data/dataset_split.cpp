@@ -1,9 +1,10 @@
 #include "megatron/data/dataset_split.h"
 
 #include <cmath>
-#include <regex>
+#include <cstdlib>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 
 namespace megatron::data {
 namespace {
@@ -49,26 +50,32 @@ std::vector<double> numpy_normalize(std::span<const double> weights) {
 }
 
 std::array<double, kNumSplits> parse_and_normalize_split(const std::string& split) {
+  // Megatron reads the numbers its regex [.0-9]+ finds anywhere in the text, so "a,b,c" became three
+  // zeros; here the text must be numbers of that form separated by ',' or '/', each named when it is not.
   std::vector<double> values;
-  static const std::regex number("[.0-9]+");
-  for (auto it = std::sregex_iterator(split.begin(), split.end(), number); it != std::sregex_iterator(); ++it) {
-    const std::string text = it->str();
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    MEGATRON_CHECK(used == text.size() && text != ".", "--split '", split, "': '", text, "' is not a number");
-    values.push_back(v);
+  size_t start = 0;
+  while (start <= split.size()) {
+    size_t end = split.find_first_of(",/", start);
+    if (end == std::string::npos) end = split.size();
+    const size_t first = split.find_first_not_of(" \t", start);
+    const size_t last = split.find_last_not_of(" \t", end == 0 ? 0 : end - 1);
+    const std::string item =
+        first < end && last != std::string::npos && last >= first ? split.substr(first, last - first + 1) : "";
+    const bool digits_and_one_point = !item.empty() && item.find_first_not_of(".0123456789") == std::string::npos &&
+                                      item.find_first_of("0123456789") != std::string::npos &&
+                                      item.find('.') == item.rfind('.');
+    MEGATRON_CHECK(digits_and_one_point, "--split ", quoted_bytes(split), ": item ", values.size() + 1, " (", quoted_bytes(item),
+                   ") is not a number (expected non-negative weights such as 969,30,1)");
+    values.push_back(std::strtod(item.c_str(), nullptr));
+    start = end + 1;
   }
-  MEGATRON_CHECK(values.size() <= kNumSplits, "--split '", split, "': expected at most ", kNumSplits,
+  MEGATRON_CHECK(values.size() <= kNumSplits, "--split ", quoted_bytes(split), ": expected at most ", kNumSplits,
                  " weights (train,valid,test), found ", values.size());
   values.resize(kNumSplits, 0.0);
   double total = 0;
   for (double v : values) total += v;
-  MEGATRON_CHECK(total > 0, "--split '", split, "': the weights must not all be zero");
+  MEGATRON_CHECK(total > 0 && std::isfinite(total), "--split ", quoted_bytes(split),
+                 ": the weights must not all be zero (and their sum must be finite)");
   auto normalized = numpy_normalize(values);
   return {normalized[0], normalized[1], normalized[2]};
 }

@@ -1,7 +1,8 @@
-// Megatron's --split: "969,30,1" -> weights (numbers found by the regex [.0-9]+, padded with zeros to three,
-// normalised by numpy) -> cumulative book-ends [(0, .969), (.969, .999), (.999, 1.0)] (a zero-width split
-// is absent) -> per split the element range [round(begin * N), round(end * N)) with Python's round (half to
-// even). For GPT the elements are the sequences of the indexed dataset.
+// Megatron's --split: "969,30,1" -> weights (numbers such as 969 or 0.5, separated by ',' or '/', padded
+// with zeros to three, normalised by numpy) -> cumulative book-ends [(0, .969), (.969, .999), (.999, 1.0)]
+// (a zero-width split is absent) -> per split the element range [round(begin * N), round(end * N)) with
+// Python's round (half to even). For GPT the elements are the sequences of the indexed dataset. An item that
+// is not such a number is an error naming it (Megatron's regex [.0-9]+ read "a,b,c" as no weights at all).
 #pragma once
 
 #include <array>

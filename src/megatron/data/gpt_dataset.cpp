@@ -85,7 +85,7 @@ GPTDataset::GPTDataset(const TokenSequences& source, std::string dataset_path, S
   if (!cache_directory_.empty()) save_cache();
 }
 
-GptIndices GPTDataset::build() const {
+GptIndexRequest GPTDataset::index_request() const {
   GptIndexRequest request;
   request.sequence_lengths = source_->sequence_lengths();
   request.sequences = sequences_;
@@ -94,8 +94,12 @@ GptIndices GPTDataset::build() const {
   request.random_seed = config_.random_seed;
   request.add_extra_token_to_sequence = config_.add_extra_token_to_sequence;
   request.drop_last_partial_sequence = split_ == Split::valid ? config_.drop_last_partial_validation_sequence : true;
-  return build_gpt_indices(request, str_cat(config_.mock ? std::string("mock data") : dataset_path_, ": split '",
-                                            split_name(split_), "'"));
+  return request;
+}
+
+GptIndices GPTDataset::build() const {
+  return build_gpt_indices(index_request(), str_cat(config_.mock ? std::string("mock data") : dataset_path_,
+                                                    ": split '", split_name(split_), "'"));
 }
 
 std::filesystem::path GPTDataset::cache_file(const std::string& affix) const {
@@ -125,6 +129,9 @@ bool GPTDataset::load_cache() {
   loaded.sample_index_is_int64 = sample.descr == "<i8";
   loaded.shuffle_index = shuffle.to_int64(shuffle_path);
   loaded.shuffle_index_is_int64 = shuffle.descr == "<i8";
+  check_gpt_indices(loaded, index_request(),
+                    str_cat("the index cache ", cache_file("{document,sample,shuffle}_index.npy").string(), " of ",
+                            dataset_path_, ", split '", split_name(split_), "' (delete these files to rebuild them)"));
   indices_ = std::move(loaded);
   return true;
 }

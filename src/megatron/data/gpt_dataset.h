@@ -60,6 +60,7 @@ class GPTDataset {
   std::filesystem::path cache_directory() const { return cache_directory_; }
 
  private:
+  GptIndexRequest index_request() const;
   GptIndices build() const;
   bool load_cache();
   void save_cache() const;

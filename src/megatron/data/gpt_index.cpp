@@ -143,4 +143,81 @@ GptIndices build_gpt_indices(const GptIndexRequest& request, const std::string& 
   return out;
 }
 
+namespace {
+
+// The tokens sample i reads (rows i and i + 1 of the sample index), checked window by window.
+int64_t checked_sample_tokens(const GptIndices& x, const GptIndexRequest& r, int64_t i, int64_t extra,
+                              const std::string& what) {
+  const int64_t begin_pos = x.sample_index[size_t(2 * i)], begin_offset = x.sample_index[size_t(2 * i + 1)];
+  const int64_t end_pos = x.sample_index[size_t(2 * i + 2)], end_offset = x.sample_index[size_t(2 * i + 3)];
+  const int64_t want = r.sequence_length + extra;
+  int64_t filled = 0;
+  for (int64_t d = begin_pos; d <= end_pos && filled < want; ++d) {
+    const int64_t length = r.sequence_lengths[size_t(x.document_index[size_t(d)])];
+    const int64_t offset = d == begin_pos ? begin_offset : 0;
+    const int64_t stop = d == end_pos ? end_offset + extra : length;
+    // Checked before the count: a window starting past its sequence's end would otherwise read 0 tokens and
+    // pass unnoticed (a valid row may start exactly at the end, after a sample that used the whole sequence).
+    MEGATRON_CHECK(offset <= length && stop <= length, what, ": sample_index row ", i, " or ", i + 1, " (sample ", i,
+                   ") reads tokens [", offset, ", ", stop, ") of sequence ", x.document_index[size_t(d)],
+                   ", which has ", length);
+    const int64_t count = std::min(stop - offset, want - filled);
+    if (count <= 0) continue;
+    filled += count;
+  }
+  return filled;
+}
+
+void check_document_index(const GptIndices& x, const GptIndexRequest& r, const std::string& what) {
+  for (size_t k = 0; k < x.document_index.size(); ++k)
+    MEGATRON_CHECK(x.document_index[k] >= r.sequences.begin && x.document_index[k] < r.sequences.end, what,
+                   ": document_index[", k, "] = ", x.document_index[k], " is not a sequence of the split [",
+                   r.sequences.begin, ", ", r.sequences.end, ")");
+}
+
+void check_sample_rows(const GptIndices& x, const std::string& what) {
+  const int64_t rows = static_cast<int64_t>(x.sample_index.size() / 2);
+  MEGATRON_CHECK(x.sample_index.size() % 2 == 0 && rows >= 1 && x.sample_index[0] == 0 && x.sample_index[1] == 0,
+                 what, ": sample_index must start with the row (0, 0)");
+  const int64_t documents = static_cast<int64_t>(x.document_index.size());
+  for (int64_t i = 1; i < rows; ++i) {
+    const int64_t pos = x.sample_index[size_t(2 * i)], offset = x.sample_index[size_t(2 * i + 1)];
+    const int64_t last_pos = x.sample_index[size_t(2 * i - 2)], last_offset = x.sample_index[size_t(2 * i - 1)];
+    MEGATRON_CHECK(pos >= 0 && pos < documents && offset >= 0, what, ": sample_index row ", i, " (", pos, ", ",
+                   offset, ") is outside the ", documents, " documents of the document index");
+    MEGATRON_CHECK(pos > last_pos || (pos == last_pos && offset >= last_offset), what, ": sample_index row ", i,
+                   " (", pos, ", ", offset, ") goes back from row ", i - 1, " (", last_pos, ", ", last_offset, ")");
+  }
+}
+
+}  // namespace
+
+void check_gpt_indices(const GptIndices& x, const GptIndexRequest& r, const std::string& what) {
+  const int64_t extra = r.add_extra_token_to_sequence ? 1 : 0;
+  MEGATRON_CHECK(r.sequences.begin >= 0 && r.sequences.begin <= r.sequences.end &&
+                     r.sequences.end <= static_cast<int64_t>(r.sequence_lengths.size()),
+                 what, ": sequence range [", r.sequences.begin, ", ", r.sequences.end, ") outside the dataset's ",
+                 r.sequence_lengths.size(), " sequences");
+  check_document_index(x, r, what);
+  check_sample_rows(x, what);
+  const int64_t samples = x.num_samples();
+  MEGATRON_CHECK(!r.num_samples || samples >= *r.num_samples, what, ": the index holds ", samples,
+                 " samples, fewer than the ", *r.num_samples, " requested");
+  for (int64_t i = 0; i < samples; ++i) {
+    const int64_t tokens = checked_sample_tokens(x, r, i, extra, what);
+    const bool may_be_partial = i == samples - 1 && !r.drop_last_partial_sequence;
+    MEGATRON_CHECK(tokens == r.sequence_length + extra || (may_be_partial && tokens > 0), what, ": sample ", i,
+                   " holds ", tokens, " tokens, expected ", r.sequence_length + extra);
+  }
+  MEGATRON_CHECK(static_cast<int64_t>(x.shuffle_index.size()) == samples, what, ": the shuffle index has ",
+                 x.shuffle_index.size(), " entries for ", samples, " samples");
+  std::vector<bool> seen(size_t(samples), false);
+  for (size_t k = 0; k < x.shuffle_index.size(); ++k) {
+    const int64_t s = x.shuffle_index[k];
+    MEGATRON_CHECK(s >= 0 && s < samples && !seen[size_t(s)], what, ": shuffle_index[", k, "] = ", s,
+                   s >= 0 && s < samples ? " appears twice" : str_cat(" is outside [0, ", samples, ")"));
+    seen[size_t(s)] = true;
+  }
+}
+
 }  // namespace megatron::data

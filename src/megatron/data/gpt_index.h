@@ -61,4 +61,12 @@ std::vector<int64_t> build_shuffle_index(int64_t num_samples, int64_t total_size
 // loop forever); `what` names the dataset and split in that message.
 GptIndices build_gpt_indices(const GptIndexRequest& request, const std::string& what);
 
+// Checks indices read from a cache (files anyone may have written or cut short) against what the dataset
+// reads through them: every document index entry is a sequence of the split; the sample index starts at
+// (0, 0) and never goes back; every sample's token windows lie inside their sequences and hold exactly
+// sequence_length + add_extra tokens (the last may hold fewer only when it is kept partial); the shuffle
+// index is a permutation of the samples; there are at least the samples requested. Throws naming `what`,
+// the array and the entry. Linear in the sizes of the indices.
+void check_gpt_indices(const GptIndices& indices, const GptIndexRequest& request, const std::string& what);
+
 }  // namespace megatron::data

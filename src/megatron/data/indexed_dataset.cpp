@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 
 namespace megatron::data {
 namespace {
@@ -89,6 +90,8 @@ TokenDType token_dtype_for_vocab_size(int64_t vocab_size) {
 
 std::filesystem::path idx_path(const std::string& prefix) { return prefix + ".idx"; }
 std::filesystem::path bin_path(const std::string& prefix) { return prefix + ".bin"; }
+std::filesystem::path temporary_idx_path(const std::string& prefix) { return prefix + ".idx.tmp"; }
+std::filesystem::path temporary_bin_path(const std::string& prefix) { return prefix + ".bin.tmp"; }
 
 // ---------------------------------------------------------------------------------------------- reader
 
@@ -130,8 +133,8 @@ IndexedDatasetReader::IndexedDatasetReader(std::string prefix) : prefix_(std::mo
   MEGATRON_CHECK(idx_size >= kHeaderSize, idx, ": truncated: expected at least ", kHeaderSize,
                  " bytes of header, found ", idx_size);
   MEGATRON_CHECK(std::memcmp(p, kMagic, sizeof(kMagic)) == 0, idx,
-                 ": bad magic: expected \"MMIDIDX\\0\\0\" (a Megatron indexed dataset), found \"",
-                 std::string(reinterpret_cast<const char*>(p), 7), "...\"");
+                 ": bad magic at byte 0: expected ", quoted_bytes(std::string_view(kMagic, sizeof(kMagic))),
+                 " (a Megatron indexed dataset), found ", quoted_bytes(std::string_view(reinterpret_cast<const char*>(p), 9)));
   uint64_t version = load_unaligned<uint64_t>(p + 9);
   MEGATRON_CHECK(version == kVersion, idx, ": unsupported version: expected ", kVersion, ", found ", version);
   uint8_t code = load_unaligned<uint8_t>(p + 17);
@@ -254,41 +257,41 @@ void IndexedDatasetReader::read_tokens(int64_t sequence, int64_t offset, std::sp
 // ---------------------------------------------------------------------------------------------- writer
 
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
-    : prefix_(std::move(prefix)), dtype_(dtype), buffer_(kBinBufferSize) {
+    : prefix_(std::move(prefix)), dtype_(dtype), buffer_(new std::byte[kBinBufferSize]) {  // not zero-filled
   MEGATRON_CHECK(is_valid_token_dtype_code(static_cast<uint8_t>(dtype)), prefix_, ": invalid dtype code ",
                  int(dtype));
   std::error_code ignored;
-  std::filesystem::remove(idx_path(prefix_), ignored);  // a stale .idx must not describe the new .bin
-  std::filesystem::remove(idx_path(prefix_).string() + ".tmp", ignored);
-  const auto bin = bin_path(prefix_);
+  std::filesystem::remove(temporary_idx_path(prefix_), ignored);
+  const auto bin = temporary_bin_path(prefix_);
   bin_fd_ = ::open(bin.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   MEGATRON_CHECK(bin_fd_ >= 0, bin.string(), ": cannot create: ", errno_text());
 }
 
 IndexedDatasetWriter::~IndexedDatasetWriter() {
   if (bin_fd_ >= 0) ::close(bin_fd_);
-  if (!finalized_) {
+  if (!committed_) {
     std::error_code ignored;
-    std::filesystem::remove(idx_path(prefix_).string() + ".tmp", ignored);
+    std::filesystem::remove(temporary_idx_path(prefix_), ignored);
+    std::filesystem::remove(temporary_bin_path(prefix_), ignored);
   }
 }
 
 void IndexedDatasetWriter::flush_bin() {
-  if (buffered_ > 0) write_all(bin_fd_, buffer_.data(), buffered_, bin_path(prefix_));
+  if (buffered_ > 0) write_all(bin_fd_, buffer_.get(), buffered_, temporary_bin_path(prefix_));
   buffered_ = 0;
 }
 
 void IndexedDatasetWriter::write_bin(const void* data, size_t bytes) {
-  MEGATRON_CHECK(!finalized_, prefix_, ": writer already finalized");
+  MEGATRON_CHECK(!prepared_, prefix_, ": writer already prepared (no more tokens can be added)");
   bin_bytes_ += static_cast<int64_t>(bytes);
-  if (buffered_ + bytes > buffer_.size()) {
+  if (buffered_ + bytes > kBinBufferSize) {
     flush_bin();
-    if (bytes >= buffer_.size()) {
-      write_all(bin_fd_, data, bytes, bin_path(prefix_));
+    if (bytes >= kBinBufferSize) {
+      write_all(bin_fd_, data, bytes, temporary_bin_path(prefix_));
       return;
     }
   }
-  std::memcpy(buffer_.data() + buffered_, data, bytes);
+  std::memcpy(buffer_.get() + buffered_, data, bytes);
   buffered_ += bytes;
 }
 
@@ -345,52 +348,70 @@ void IndexedDatasetWriter::append(const IndexedDatasetReader& other) {
   for (size_t i = 1; i < documents.size(); ++i) document_indices_.push_back(offset + documents[i]);
 }
 
-void IndexedDatasetWriter::finalize() {
-  MEGATRON_CHECK(!finalized_, prefix_, ": finalize() called twice");
-  flush_bin();
-  MEGATRON_CHECK(::fsync(bin_fd_) == 0, bin_path(prefix_).string(), ": fsync failed: ", errno_text());
-  ::close(bin_fd_);
-  bin_fd_ = -1;
-
-  const auto final_path = idx_path(prefix_);
-  const std::filesystem::path temp_path = final_path.string() + ".tmp";
-  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  MEGATRON_CHECK(fd >= 0, temp_path.string(), ": cannot create: ", errno_text());
-  try {
-    std::vector<std::byte> header(kHeaderSize);
-    const uint8_t code = static_cast<uint8_t>(dtype_);
-    const uint64_t n = sequence_lengths_.size(), d = document_indices_.size();
-    std::memcpy(header.data(), kMagic, 9);
-    std::memcpy(header.data() + 9, &kVersion, 8);
-    std::memcpy(header.data() + 17, &code, 1);
-    std::memcpy(header.data() + 18, &n, 8);
-    std::memcpy(header.data() + 26, &d, 8);
-    write_all(fd, header.data(), header.size(), temp_path);
-    write_all(fd, sequence_lengths_.data(), n * 4, temp_path);
-    std::vector<int64_t> pointers;
-    pointers.reserve(std::min<uint64_t>(n, uint64_t{1} << 20));
-    const int64_t item = static_cast<int64_t>(token_dtype_size(dtype_));
-    int64_t pointer = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      pointers.push_back(pointer);
-      pointer += sequence_lengths_[i] * item;
-      if (pointers.size() == pointers.capacity()) {
-        write_all(fd, pointers.data(), pointers.size() * 8, temp_path);
-        pointers.clear();
-      }
+void IndexedDatasetWriter::write_idx(int fd, const std::filesystem::path& path) const {
+  std::vector<std::byte> header(kHeaderSize);
+  const uint8_t code = static_cast<uint8_t>(dtype_);
+  const uint64_t n = sequence_lengths_.size(), d = document_indices_.size();
+  std::memcpy(header.data(), kMagic, 9);
+  std::memcpy(header.data() + 9, &kVersion, 8);
+  std::memcpy(header.data() + 17, &code, 1);
+  std::memcpy(header.data() + 18, &n, 8);
+  std::memcpy(header.data() + 26, &d, 8);
+  write_all(fd, header.data(), header.size(), path);
+  write_all(fd, sequence_lengths_.data(), n * 4, path);
+  std::vector<int64_t> pointers;
+  pointers.reserve(std::min<uint64_t>(n, uint64_t{1} << 20));
+  const int64_t item = static_cast<int64_t>(token_dtype_size(dtype_));
+  int64_t pointer = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    pointers.push_back(pointer);
+    pointer += sequence_lengths_[i] * item;
+    if (pointers.size() == pointers.capacity()) {
+      write_all(fd, pointers.data(), pointers.size() * 8, path);
+      pointers.clear();
     }
-    write_all(fd, pointers.data(), pointers.size() * 8, temp_path);
-    write_all(fd, document_indices_.data(), d * 8, temp_path);
-    MEGATRON_CHECK(::fsync(fd) == 0, temp_path.string(), ": fsync failed: ", errno_text());
+  }
+  write_all(fd, pointers.data(), pointers.size() * 8, path);
+  write_all(fd, document_indices_.data(), d * 8, path);
+  MEGATRON_CHECK(::fsync(fd) == 0, path.string(), ": fsync failed: ", errno_text());
+}
+
+void IndexedDatasetWriter::prepare() {
+  MEGATRON_CHECK(!prepared_, prefix_, ": prepare() called twice");
+  prepared_ = true;
+  const auto bin = temporary_bin_path(prefix_);
+  flush_bin();
+  MEGATRON_CHECK(::fsync(bin_fd_) == 0, bin.string(), ": fsync failed: ", errno_text());
+  const int closed = ::close(bin_fd_);
+  bin_fd_ = -1;
+  MEGATRON_CHECK(closed == 0, bin.string(), ": close failed: ", errno_text());
+
+  const auto idx = temporary_idx_path(prefix_);
+  const int fd = ::open(idx.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  MEGATRON_CHECK(fd >= 0, idx.string(), ": cannot create: ", errno_text());
+  try {
+    write_idx(fd, idx);
   } catch (...) {
     ::close(fd);
-    std::filesystem::remove(temp_path);
     throw;
   }
-  ::close(fd);
-  std::filesystem::rename(temp_path, final_path);
-  fsync_directory_of(final_path);
-  finalized_ = true;
+  MEGATRON_CHECK(::close(fd) == 0, idx.string(), ": close failed: ", errno_text());
+}
+
+void IndexedDatasetWriter::commit() {
+  MEGATRON_CHECK(prepared_ && !committed_, prefix_, ": commit() needs one prepare() before it, and comes once");
+  const auto rename = [](const std::filesystem::path& from, const std::filesystem::path& to) {
+    std::error_code ec;
+    std::filesystem::rename(from, to, ec);
+    MEGATRON_CHECK(!ec, "cannot rename ", from.string(), " to ", to.string(), ": ", ec.message());
+  };
+  std::error_code ec;
+  std::filesystem::remove(idx_path(prefix_), ec);  // never an old .idx beside the new .bin
+  MEGATRON_CHECK(!ec, idx_path(prefix_).string(), ": cannot remove the previous index: ", ec.message());
+  rename(temporary_bin_path(prefix_), bin_path(prefix_));
+  rename(temporary_idx_path(prefix_), idx_path(prefix_));
+  committed_ = true;
+  fsync_directory_of(idx_path(prefix_));
 }
 
 void merge_indexed_datasets(const std::vector<std::string>& input_prefixes, const std::string& output_prefix) {

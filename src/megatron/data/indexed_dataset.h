@@ -9,9 +9,13 @@
 // IndexedDatasetReader maps both files and validates everything up front (magic, version, dtype code, the
 // .idx size, pointers monotone and contiguous with the lengths, the .bin size, the document indices); every
 // failure is a megatron::Error naming the path, what was expected and what was found.
-// IndexedDatasetWriter streams tokens to <prefix>.bin (memory: the int arrays only) and on finalize() writes
-// <prefix>.idx under a temporary name, fsyncs and renames it into place, so an interrupted run never leaves
-// a .idx that looks complete; a stale <prefix>.idx is removed when a writer opens.
+// IndexedDatasetWriter streams tokens to <prefix>.bin.tmp (memory: the int arrays only); prepare() writes
+// <prefix>.idx.tmp and fsyncs both; commit() puts them in place: it removes an existing <prefix>.idx, renames
+// the .bin, then the .idx, and fsyncs the directory. So a dataset already at <prefix> stays readable until
+// the new one is complete, a run that fails (a full disk, a bad input line) leaves it untouched and removes
+// its temporary files, and a crash never pairs a .idx with a .bin it does not describe (in the instant of the
+// renames there is no .idx at all). finalize() is prepare() then commit(); several writers whose outputs
+// belong together (preprocess_data's keys) prepare all, then commit all.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +40,9 @@ TokenDType token_dtype_for_vocab_size(int64_t vocab_size);
 
 std::filesystem::path idx_path(const std::string& prefix);  // <prefix>.idx
 std::filesystem::path bin_path(const std::string& prefix);  // <prefix>.bin
+// Where IndexedDatasetWriter writes before commit(): <prefix>.idx.tmp, <prefix>.bin.tmp.
+std::filesystem::path temporary_idx_path(const std::string& prefix);
+std::filesystem::path temporary_bin_path(const std::string& prefix);
 
 class IndexedDatasetReader final : public TokenSequences {
  public:
@@ -76,7 +83,7 @@ class IndexedDatasetReader final : public TokenSequences {
 class IndexedDatasetWriter {
  public:
   IndexedDatasetWriter(std::string prefix, TokenDType dtype);
-  ~IndexedDatasetWriter();  // without finalize(): no .idx is left (the partial .bin stays)
+  ~IndexedDatasetWriter();  // without commit(): the temporary files are removed, <prefix> is left as it was
   IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
   IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
 
@@ -90,8 +97,15 @@ class IndexedDatasetWriter {
   void add_document(std::span<const int64_t> tokens) { add_sequence(tokens); end_document(); }
   // Appends every sequence and document of another dataset of the same dtype.
   void append(const IndexedDatasetReader& other);
-  // Flushes and fsyncs .bin, writes .idx atomically. The writer is closed afterwards.
-  void finalize();
+  // Flushes and fsyncs the .bin, writes and fsyncs the .idx, both under temporary names; nothing more can be
+  // added afterwards.
+  void prepare();
+  // Replaces <prefix>.{bin,idx} with the prepared files (see the top of this file).
+  void commit();
+  void finalize() {
+    prepare();
+    commit();
+  }
 
   int64_t num_sequences() const { return static_cast<int64_t>(sequence_lengths_.size()); }
   int64_t num_documents() const { return static_cast<int64_t>(document_indices_.size()) - 1; }
@@ -102,13 +116,15 @@ class IndexedDatasetWriter {
   void write_bin(const void* data, size_t bytes);
   void flush_bin();
 
+  void write_idx(int fd, const std::filesystem::path& path) const;
+
   std::string prefix_;
   TokenDType dtype_;
   int bin_fd_ = -1;
-  std::vector<std::byte> buffer_;
+  std::unique_ptr<std::byte[]> buffer_;
   size_t buffered_ = 0;
   int64_t bin_bytes_ = 0;
-  bool finalized_ = false;
+  bool prepared_ = false, committed_ = false;
   std::vector<int32_t> sequence_lengths_;
   std::vector<int64_t> document_indices_{0};
 };

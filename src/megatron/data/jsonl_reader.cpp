@@ -55,7 +55,7 @@ std::vector<JsonlRange> plan_jsonl_partitions(const std::string& path, int parti
   // One pass: count '\n' up to each boundary. Range k begins after the first '\n' at or after
   // target_k - 1 (so a target that is already a line start is kept).
   const int fd = open_for_reading(path);
-  std::vector<char> chunk(size_t{4} << 20);
+  std::vector<char> chunk(static_cast<size_t>(std::clamp<int64_t>(size, 1, int64_t{4} << 20)));
   int64_t offset = 0, lines = 0;
   int k = 1;
   const auto target = [&](int part) { return size * part / partitions; };
@@ -86,7 +86,12 @@ std::vector<JsonlRange> plan_jsonl_partitions(const std::string& path, int parti
 }
 
 JsonlRangeReader::JsonlRangeReader(std::string path, JsonlRange range, size_t chunk_bytes)
-    : path_(std::move(path)), range_(range), buffer_(std::max<size_t>(chunk_bytes, 64), '\0'),
+    : path_(std::move(path)),
+      range_(range),
+      // No larger than the range: a small file (or partition) needs no multi-MB buffer.
+      buffer_(std::clamp<size_t>(static_cast<size_t>(std::max<int64_t>(range.end - range.begin, 0)), 64,
+                                 std::max<size_t>(chunk_bytes, 64)),
+              '\0'),
       file_pos_(range.begin), line_number_(range.first_line) {
   fd_ = open_for_reading(path_);
 }

@@ -331,7 +331,8 @@ class PartitionRun {
     stop_threads();
     if (error_) std::rethrow_exception(error_);
     MEGATRON_CHECK(!run_.cancelled.load(), options.input, ": cancelled because another partition failed");
-    for (auto& writer : writers) writer->finalize();
+    for (auto& writer : writers) writer->prepare();  // every key's files complete before any replaces its dataset
+    for (auto& writer : writers) writer->commit();
     return totals;
   }
 
@@ -433,11 +434,11 @@ class PartitionRun {
   std::exception_ptr error_;
 };
 
+// An intermediate dataset (a partition's), with any temporary files.
 void remove_dataset(const std::string& prefix) {
   std::error_code ignored;
-  std::filesystem::remove(idx_path(prefix), ignored);
-  std::filesystem::remove(idx_path(prefix).string() + ".tmp", ignored);
-  std::filesystem::remove(bin_path(prefix), ignored);
+  for (const auto& path : {idx_path(prefix), bin_path(prefix), temporary_idx_path(prefix), temporary_bin_path(prefix)})
+    std::filesystem::remove(path, ignored);
 }
 
 void validate(const PreprocessOptions& o) {
@@ -517,14 +518,17 @@ void run_partitions(RunState& run, const TokenizerFactory& make_tokenizer, const
   if (const std::exception_ptr failure = root_failure(errors)) std::rethrow_exception(failure);
 }
 
-// Merges key k's partition datasets into output_prefixes[k], then removes the partitions' files.
+// Merges key k's partition datasets into output_prefixes[k] (every key's merged files are complete before any
+// replaces its dataset), then removes the partitions' files.
 void merge_partitions(const std::vector<std::vector<std::string>>& part_prefixes,
-                      const std::vector<std::string>& output_prefixes, size_t num_keys) {
+                      const std::vector<std::string>& output_prefixes, size_t num_keys, TokenDType dtype) {
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (size_t k = 0; k < num_keys; ++k) {
-    std::vector<std::string> inputs;
-    for (const auto& prefixes : part_prefixes) inputs.push_back(prefixes[k]);
-    merge_indexed_datasets(inputs, output_prefixes[k]);
+    writers.push_back(std::make_unique<IndexedDatasetWriter>(output_prefixes[k], dtype));
+    for (const auto& prefixes : part_prefixes) writers.back()->append(IndexedDatasetReader(prefixes[k]));
+    writers.back()->prepare();
   }
+  for (auto& writer : writers) writer->commit();
   for (const auto& prefixes : part_prefixes) {
     for (const auto& prefix : prefixes) remove_dataset(prefix);
   }
@@ -585,17 +589,17 @@ PreprocessSummary preprocess_jsonl(const PreprocessOptions& options, const Token
                    "--append-eod: the tokenizer has no end-of-document token (eod id is -1)");
   }
   for (const auto& key : options.json_keys) summary.output_prefixes.push_back(document_prefix(options.output_prefix, key));
-  // A stale .idx from an earlier run must not survive a failed one.
-  for (const auto& prefix : summary.output_prefixes) remove_dataset(prefix);
 
   const std::vector<JsonlRange> ranges = plan_jsonl_partitions(options.input, options.partitions);
   const int k_parts = static_cast<int>(ranges.size());
   const std::vector<std::vector<std::string>> part_prefixes = partition_prefixes(options, k_parts);
-  const auto remove_all = [&] {
+  // After a failure: the partitions' intermediate datasets go; the outputs' writers have removed their
+  // temporary files, and a dataset already at an output prefix is left as it was.
+  const auto remove_intermediate = [&] {
+    if (k_parts == 1) return;
     for (const auto& prefixes : part_prefixes) {
       for (const auto& prefix : prefixes) remove_dataset(prefix);
     }
-    for (const auto& prefix : summary.output_prefixes) remove_dataset(prefix);
   };
 
   RunState run(options, log, summary.input_bytes);
@@ -606,10 +610,10 @@ PreprocessSummary preprocess_jsonl(const PreprocessOptions& options, const Token
       totals[0] = part.run();
     } else {
       run_partitions(run, make_tokenizer, ranges, part_prefixes, summary.dtype, totals);
-      merge_partitions(part_prefixes, summary.output_prefixes, options.json_keys.size());
+      merge_partitions(part_prefixes, summary.output_prefixes, options.json_keys.size(), summary.dtype);
     }
   } catch (...) {
-    remove_all();
+    remove_intermediate();
     throw;
   }
   run.finish_progress();

@@ -18,8 +18,11 @@
 //   line's first 80 bytes (at most max_reports per kind, then counted only) and skipped; under `strict`
 //   a fatal kind throws megatron::Error instead. Empty documents and invalid UTF-8 (replaced by the
 //   tokenizer as Python's errors="replace") are warnings, never fatal. Blank lines are skipped silently.
-// - On any exception no final .idx exists (writers are only finalized after the whole input succeeded,
-//   and the outputs of the run are removed), so an .idx at the output prefix always describes a complete run.
+// - On any exception (a bad line under strict, a full disk, ...) the outputs are as they were before the run:
+//   a dataset already at an output prefix stays complete and readable, and the run's temporary and
+//   intermediate files are removed. The new datasets replace the old ones only once every key's files are
+//   complete (IndexedDatasetWriter's prepare, then commit), so an .idx at an output prefix always
+//   describes a complete run.
 // - Progress: every log_interval written documents, one line to `log`: documents, docs/s, MB/s (MB =
 //   2^20 bytes, as Megatron), percent of the input bytes and the ETA; on a terminal also a tqdm-style line on
 //   stderr over the input's megabytes (core/progress.h; MEGATRON_PROGRESS=1 shows it in logs too).

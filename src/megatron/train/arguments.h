@@ -267,6 +267,7 @@ struct CheckpointArguments {
   bool finetune = false;   // weights only: iteration 0, fresh optimizer/schedule/data position
   bool async_save = false;
   int keep_last = 0;       // --keep-last N (Megatron has no retention flag); 0 keeps every checkpoint
+  bool load_fallback_to_intact = false;  // ours: resume from the newest intact checkpoint when --load's is not
   bool use_checkpoint_args = false;  // the model arguments come from --load's checkpoint (trainer/pretrain.cpp)
 };
 

@@ -1,7 +1,9 @@
 #include "megatron/train/flags.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -390,6 +392,10 @@ std::vector<FlagSpec> checkpoint_flags() {
            "the training thread only queues copies into reusable pinned host buffers (the next optimizer step waits "
            "for them on the device); a background thread writes while training goes on"),
       flag("--keep-last", &A::checkpoint, &C::keep_last, "keep only the newest N checkpoints (0: keep all)"),
+      flag("--load-fallback-to-intact", &A::checkpoint, &C::load_fallback_to_intact,
+           "ours: check every shard of --load's checkpoint before loading it (one extra read, shared by the ranks); "
+           "when one is missing, cut short or corrupt, resume from the newest intact older checkpoint instead of "
+           "stopping"),
       flag("--use-checkpoint-args", &A::checkpoint, &C::use_checkpoint_args,
            "take the model's arguments (architecture, vocabulary, MoE) from the --load checkpoint's saved args"),
   };
@@ -406,6 +412,8 @@ const std::vector<FlagSpec>& flag_table() {
   return table;
 }
 
+}  // namespace
+
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
@@ -418,16 +426,63 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+namespace {
+
+// Byte counts folded into 32 buckets. Half their L1 distance is a lower bound of the edit distance (an
+// insertion or deletion changes it by 1, a substitution by at most 2), and costs 32 steps, not |a| x |b|.
+using Histogram = std::array<int, 32>;
+Histogram histogram(const std::string& s) {
+  Histogram h{};
+  for (unsigned char c : s) ++h[c % 32];
+  return h;
+}
+size_t histogram_bound(const Histogram& a, const Histogram& b) {
+  size_t l1 = 0;
+  for (size_t i = 0; i < a.size(); ++i) l1 += size_t(std::abs(a[i] - b[i]));
+  return (l1 + 1) / 2;
+}
+
+// The edit distance when it is at most `bound`, else bound + 1: stops as soon as a whole row of the table
+// exceeds the bound (its minimum never decreases down the rows).
+size_t edit_distance_at_most(const std::string& a, const std::string& b, size_t bound) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    size_t row_min = cur[0];
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      row_min = std::min(row_min, cur[j]);
+    }
+    if (row_min > bound) return bound + 1;
+    std::swap(prev, cur);
+  }
+  return std::min(prev[b.size()], bound + 1);
+}
+
 }  // namespace
 
 std::string nearest_flag(const std::string& unknown) {
+  static const std::vector<Histogram> flag_histograms = [] {
+    std::vector<Histogram> out;
+    for (const FlagSpec& f : flag_table()) out.push_back(histogram(f.name));
+    return out;
+  }();
+  const size_t limit = std::max<size_t>(3, unknown.size() / 3);  // farther is not a typo of that flag
+  const Histogram mine = histogram(unknown);
   std::string best;
   size_t best_distance = SIZE_MAX;
-  for (const FlagSpec& f : flag_table()) {
-    size_t d = edit_distance(unknown, f.name);
-    if (d < best_distance) best_distance = d, best = f.name;
+  for (size_t i = 0; i < flag_table().size(); ++i) {
+    const std::string& name = flag_table()[i].name;
+    // Cheap lower bounds first (the length difference, the histograms): the full distance only for flags
+    // that may be within reach.
+    if (std::max(unknown.size(), name.size()) - std::min(unknown.size(), name.size()) > limit) continue;
+    const size_t bound = histogram_bound(mine, flag_histograms[i]);
+    if (bound > limit || bound >= best_distance) continue;
+    const size_t d = edit_distance_at_most(unknown, name, std::min(limit, best_distance - 1));
+    if (d < best_distance && d <= limit) best_distance = d, best = name;
   }
-  return best_distance <= std::max<size_t>(3, unknown.size() / 3) ? best : "";
+  return best_distance <= limit ? best : "";
 }
 
 // --yaml-cfg FILE stands for the whole command line (train/yaml_config.h): its flags, or an error when other

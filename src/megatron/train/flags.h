@@ -40,5 +40,7 @@ std::vector<FlagStatusRow> flag_statuses();
 
 // The known flag closest to `unknown` (edit distance), or "" when none is close.
 std::string nearest_flag(const std::string& unknown);
+// Levenshtein distance (insertions, deletions, substitutions of bytes).
+size_t edit_distance(const std::string& a, const std::string& b);
 
 }  // namespace megatron::train

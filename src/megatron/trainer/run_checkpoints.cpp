@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "megatron/checkpoint/checkpoint_dir.h"
+#include "megatron/checkpoint/checkpoint_verify.h"
 
 namespace megatron::trainer {
 namespace {
@@ -20,10 +21,53 @@ RunCheckpoints::RunCheckpoints(Context& ctx, const train::Arguments& args, comm:
   const std::string& load = args.checkpoint.load;
   if (load.empty()) return;
   const std::filesystem::path root(load);
-  if (std::filesystem::exists(root / checkpoint::kTrackerFile) || std::filesystem::exists(root / checkpoint::kMetadataFile))
-    preview_ = checkpoint::preview_checkpoint(root);
-  else
+  const bool fallback = args.checkpoint.load_fallback_to_intact;
+  if (!std::filesystem::exists(root / checkpoint::kTrackerFile) &&
+      !std::filesystem::exists(root / checkpoint::kMetadataFile) &&
+      !(fallback && !checkpoint::saved_iterations(root).empty())) {
     std::cout << "WARNING: no checkpoint found in --load " << load << "; training from scratch\n";
+    return;
+  }
+  const std::filesystem::path chosen = fallback ? intact_checkpoint(root) : root;
+  try {
+    preview_ = checkpoint::preview_checkpoint(chosen);
+  } catch (const Error& e) {
+    std::optional<int64_t> named;
+    try {
+      if (auto latest = checkpoint::read_latest_checkpoint(root); latest && !latest->release) named = latest->iteration;
+    } catch (const Error&) {  // a tracker that does not read: every checkpoint is a candidate
+    }
+    throw Error(str_cat(e.what(), "\n", checkpoint::intact_checkpoint_hint(root, named)));
+  }
+}
+
+std::filesystem::path RunCheckpoints::intact_checkpoint(const std::filesystem::path& root) {
+  if (std::filesystem::exists(root / checkpoint::kMetadataFile)) return root;  // an iteration directory itself
+  std::optional<checkpoint::LatestCheckpoint> named;
+  try {
+    named = checkpoint::read_latest_checkpoint(root);
+  } catch (const Error& e) {
+    if (reports_) std::cout << "WARNING: " << e.what() << "\n";
+  }
+  std::optional<int64_t> below;
+  if (named) {
+    std::vector<std::string> problems;
+    if (checkpoint::checkpoint_is_intact(named->dir, &world_, &problems)) return named->dir;
+    for (const std::string& p : problems)
+      std::cout << (world_.size() > 1 ? str_cat("[rank ", world_.rank(), "] ") : std::string()) << "WARNING: " << p << "\n";
+    MEGATRON_CHECK(!named->release, "--load-fallback-to-intact: the release checkpoint ", named->dir.string(),
+                   " is not intact (see above); there is no older checkpoint to fall back to");
+    below = named->iteration;
+  }
+  const std::optional<checkpoint::IntactCheckpoint> intact = checkpoint::newest_intact_checkpoint(root, below, &world_);
+  MEGATRON_CHECK(intact.has_value(), "--load-fallback-to-intact: no intact checkpoint in ", root.string(),
+                 below ? str_cat(" older than iteration ", *below) : std::string(), " (see the warnings above)");
+  if (reports_)
+    std::cout << "WARNING: --load-fallback-to-intact: "
+              << (named ? named->dir.string() + " is not intact" : std::string("the tracker names no checkpoint"))
+              << "; resuming from the newest intact checkpoint, " << intact->dir.string() << " (iteration "
+              << intact->iteration << ")\n" << std::flush;
+  return intact->dir;
 }
 
 uint64_t RunCheckpoints::model_seed() const {
@@ -62,8 +106,16 @@ int64_t RunCheckpoints::load(SampleStream& train, SampleStream& valid) {
   MEGATRON_CHECK(!state_.model.empty(), "RunCheckpoints::load: attach() the model and trainer first");
   checkpoint::CheckpointReader reader = checkpoint::CheckpointReader::open(preview_->directory);
   const auto t0 = std::chrono::steady_clock::now();
+  checkpoint::LoadedTraining loaded;
   trainer_->acquire_params_for_checkpoint();
-  const checkpoint::LoadedTraining loaded = checkpoint::load_training_checkpoint(ctx_, reader, state_, args_.checkpoint);
+  try {
+    loaded = checkpoint::load_training_checkpoint(ctx_, reader, state_, args_.checkpoint);
+  } catch (const Error& e) {
+    // A shard that is missing, cut short or corrupt (not, say, another architecture): name where to resume.
+    if (checkpoint::checkpoint_is_intact(preview_->directory)) throw;
+    throw Error(str_cat(e.what(), "\n",
+                        checkpoint::intact_checkpoint_hint(args_.checkpoint.load, preview_->iteration)));
+  }
   trainer_->release_params_after_checkpoint(/*loaded=*/true);
   train.set_consumed(loaded.consumed_train_samples);
   valid.set_consumed(loaded.consumed_valid_samples);

@@ -2,6 +2,9 @@
 // with its reports on rank 0:
 //   - before the model exists: what --load holds (preview), since a resumed run takes the checkpoint's seed
 //     (dropout and init draw from it) unless --no-load-rng, --finetune or a release checkpoint says otherwise;
+//     with --load-fallback-to-intact every shard of it is checked first, and a checkpoint that is not intact
+//     is replaced by the newest intact older one; without, a bad checkpoint stops the run with an error
+//     naming that one;
 //   - load(): every rank reads what it holds, at any tensor- and data-parallel layout; the data streams
 //     continue where the checkpoint's run stopped; returns the iteration to resume after;
 //   - save(iteration): every rank writes its pieces (collective over the world); with --async-save the
@@ -11,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 
 #include "megatron/checkpoint/async_saver.h"
@@ -39,6 +43,9 @@ class RunCheckpoints {
   void finish();
 
  private:
+  // --load-fallback-to-intact: the checkpoint the tracker names when every shard of it is intact, else the
+  // newest intact older one (collective: the ranks share the reading); throws when there is none.
+  std::filesystem::path intact_checkpoint(const std::filesystem::path& root);
   // Sum of bytes and maximum of seconds over the ranks (a collective).
   std::pair<double, double> totals(double bytes, double seconds);
   void report_save(int64_t iteration, const checkpoint::SaveReport& report, double bytes, double seconds) const;

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 #include "megatron/data/tokenizers/bpe_merge.h"
 #include "megatron/data/utf8.h"
 
@@ -19,14 +20,18 @@ BpeModel::BpeModel(StringMap<int32_t> vocab, const std::vector<std::pair<std::st
     : vocab_(std::move(vocab)), options_(std::move(options)) {
   int32_t max_id = -1;
   for (const auto& [token, id] : vocab_) {
-    MEGATRON_CHECK(id >= 0, where, ": token \"", token, "\" has negative id ", id);
+    MEGATRON_CHECK(id >= 0, where, ": token ", quoted_bytes(token), " has negative id ", id);
     max_id = std::max(max_id, id);
   }
-  tokens_.resize(static_cast<size_t>(max_id + 1));
+  // id -> token is a table as long as the largest id: ids far beyond the token count mean a corrupt file.
+  const int64_t id_limit = std::max<int64_t>(2 * static_cast<int64_t>(vocab_.size()), int64_t{1} << 20);
+  MEGATRON_CHECK(max_id < id_limit, where, ": the largest token id ", max_id, " is far beyond the ", vocab_.size(),
+                 " tokens (ids must stay below ", id_limit, ")");
+  tokens_.resize(static_cast<size_t>(max_id) + 1);
   for (const auto& [token, id] : vocab_) tokens_[id] = token;
   if (!options_.unk_token.empty()) {
     unk_id_ = token_to_id(options_.unk_token);
-    MEGATRON_CHECK(unk_id_ >= 0, where, ": unk_token \"", options_.unk_token, "\" is not in the vocabulary");
+    MEGATRON_CHECK(unk_id_ >= 0, where, ": unk_token ", quoted_bytes(options_.unk_token), " is not in the vocabulary");
   }
   byte_ids_.assign(256, -1);
   for (int b = 0; b < 256; ++b) {
@@ -39,8 +44,10 @@ BpeModel::BpeModel(StringMap<int32_t> vocab, const std::vector<std::pair<std::st
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
     const int32_t ia = token_to_id(a), ib = token_to_id(b);
-    MEGATRON_CHECK(ia >= 0, where, "[", rank, "]: merge (\"", a, "\" \"", b, "\"): \"", a, "\" is not in the vocabulary");
-    MEGATRON_CHECK(ib >= 0, where, "[", rank, "]: merge (\"", a, "\" \"", b, "\"): \"", b, "\" is not in the vocabulary");
+    MEGATRON_CHECK(ia >= 0, where, "[", rank, "]: merge (", quoted_bytes(a), " ", quoted_bytes(b), "): ", quoted_bytes(a),
+                   " is not in the vocabulary");
+    MEGATRON_CHECK(ib >= 0, where, "[", rank, "]: merge (", quoted_bytes(a), " ", quoted_bytes(b), "): ", quoted_bytes(b),
+                   " is not in the vocabulary");
     std::string merged = a;
     if (prefix_len > 0 && b.compare(0, prefix_len, options_.continuing_subword_prefix) == 0) {
       merged.append(b, prefix_len);
@@ -48,8 +55,8 @@ BpeModel::BpeModel(StringMap<int32_t> vocab, const std::vector<std::pair<std::st
       merged += b;
     }
     const int32_t id = token_to_id(merged);
-    MEGATRON_CHECK(id >= 0, where, "[", rank, "]: merge (\"", a, "\" \"", b, "\"): the result \"", merged,
-                   "\" is not in the vocabulary");
+    MEGATRON_CHECK(id >= 0, where, "[", rank, "]: merge (", quoted_bytes(a), " ", quoted_bytes(b), "): the result ",
+                   quoted_bytes(merged), " is not in the vocabulary");
     merges_.try_emplace(pair_key(ia, ib), static_cast<int32_t>(rank), id);  // first (lowest) rank wins
   }
 }

@@ -1,6 +1,7 @@
 #include "megatron/data/tokenizers/decoder.h"
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 #include "megatron/data/tokenizers/byte_level.h"
 #include "megatron/data/utf8.h"
 
@@ -168,8 +169,8 @@ std::unique_ptr<Decoder> parse_decoder(const Json& j, const JsonWhere& where) {
                                           json_int(json_member(j, "start", where), where.child("start")),
                                           json_int(json_member(j, "stop", where), where.child("stop")));
   }
-  MEGATRON_FAIL(where.str(), ": unsupported decoder type \"", type,
-                "\" (supported: Sequence, ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip)");
+  MEGATRON_FAIL(where.str(), ": unsupported decoder type ", quoted_bytes(type),
+                " (supported: Sequence, ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip)");
 }
 
 }  // namespace megatron::data

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 #include "megatron/data/tokenizers/json_util.h"
 #include "megatron/data/utf8.h"
 
@@ -13,8 +14,11 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_file, const std::str
   MEGATRON_CHECK(vocab_json.is_object(), vocab_file, ": vocab.json must be an object token -> id");
   StringMap<int32_t> vocab;
   for (const auto& [token, id] : vocab_json.items()) {
-    MEGATRON_CHECK(id.is_number_integer(), vocab_file, ": the id of \"", token, "\" is not an integer");
-    vocab.emplace(token, id.get<int32_t>());
+    MEGATRON_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX &&
+                       !(id.is_number_unsigned() && id.get<uint64_t>() >= INT32_MAX),
+                   vocab_file, ": the id of ", quoted_bytes(token), " is not an integer in [0, 2^31 - 1), got ",
+                   quoted_bytes(id.dump()));
+    vocab.emplace(token, static_cast<int32_t>(id.get<int64_t>()));
   }
   std::ifstream in(merge_file, std::ios::binary);
   MEGATRON_CHECK(in.good(), "cannot open merges file ", merge_file);
@@ -25,7 +29,8 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_file, const std::str
     if (line.empty() || line.rfind("#version", 0) == 0) continue;
     const size_t space = line.find(' ');
     MEGATRON_CHECK(space != std::string::npos && space > 0 && line.find(' ', space + 1) == std::string::npos,
-                   merge_file, ":", line_no, ": a merge must be two tokens separated by one space, got \"", line, "\"");
+                   merge_file, ":", line_no, ": a merge must be two tokens separated by one space, got ",
+                   quoted_bytes(line));
     merges.emplace_back(line.substr(0, space), line.substr(space + 1));
   }
   bpe_ = std::make_unique<BpeModel>(std::move(vocab), merges, BpeOptions{}, merge_file + ": merge");

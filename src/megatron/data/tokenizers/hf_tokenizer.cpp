@@ -3,15 +3,23 @@
 #include <filesystem>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 #include "megatron/data/tokenizers/json_util.h"
 #include "megatron/data/utf8.h"
 
 namespace megatron::data {
 namespace {
 
+// A token id: an integer in [0, 2^31 - 1) (so that id + 1, a vocabulary size, fits int32).
+int32_t token_id(const Json& j, const JsonWhere& where) {
+  const int64_t id = json_int(j, where);
+  MEGATRON_CHECK(id >= 0 && id < INT32_MAX, where.str(), ": token id ", id, " is outside [0, 2^31 - 1)");
+  return static_cast<int32_t>(id);
+}
+
 std::unique_ptr<BpeModel> parse_bpe(const Json& model, const JsonWhere& where) {
   const std::string type = json_string_or(model, "type", "BPE", where);
-  MEGATRON_CHECK(type == "BPE", where.child("type").str(), ": only BPE models are supported, got \"", type, "\"");
+  MEGATRON_CHECK(type == "BPE", where.child("type").str(), ": only BPE models are supported, got ", quoted_bytes(type));
   if (const Json* dropout = json_optional(model, "dropout")) {
     MEGATRON_CHECK(dropout->is_number() && dropout->get<double>() == 0.0, where.child("dropout").str(),
                    ": BPE dropout is not supported (non-deterministic), got ", dropout->dump());
@@ -30,7 +38,7 @@ std::unique_ptr<BpeModel> parse_bpe(const Json& model, const JsonWhere& where) {
   StringMap<int32_t> vocab;
   vocab.reserve(vocab_json.size());
   for (const auto& [token, id] : vocab_json.items()) {
-    vocab.emplace(token, static_cast<int32_t>(json_int(id, vw.child(token))));
+    vocab.emplace(token, token_id(id, vw.child(token)));
   }
   const JsonWhere mw = where.child("merges");
   const Json& merges_json = json_member(model, "merges", where);
@@ -43,7 +51,7 @@ std::unique_ptr<BpeModel> parse_bpe(const Json& model, const JsonWhere& where) {
       const std::string s = m.get<std::string>();
       const size_t space = s.find(' ');
       MEGATRON_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos, mw.index(i).str(),
-                     ": a merge must be \"left right\", got \"", s, "\"");
+                     ": a merge must be \"left right\", got ", quoted_bytes(s));
       merges.emplace_back(s.substr(0, space), s.substr(space + 1));
     } else {  // ["left", "right"]
       MEGATRON_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), mw.index(i).str(),
@@ -86,7 +94,7 @@ HfTokenizer::HfTokenizer(const std::string& path) {
       const Json& a = (*added)[i];
       const JsonWhere w = aw.index(i);
       AddedToken t;
-      t.id = static_cast<int32_t>(json_int(json_member(a, "id", w), w.child("id")));
+      t.id = token_id(json_member(a, "id", w), w.child("id"));
       t.content = json_string(json_member(a, "content", w), w.child("content"));
       t.single_word = json_bool_or(a, "single_word", false, w);
       t.lstrip = json_bool_or(a, "lstrip", false, w);

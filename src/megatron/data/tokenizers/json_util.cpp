@@ -1,14 +1,19 @@
 #include "megatron/data/tokenizers/json_util.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 
 namespace megatron::data {
 
 JsonWhere JsonWhere::child(std::string_view key) const {
-  return {file, path.empty() ? std::string(key) : str_cat(path, ".", key)};
+  // Keys are outside text (a vocabulary's tokens): shown escaped when they hold anything but printable ASCII.
+  const bool plain = std::all_of(key.begin(), key.end(), [](char c) { return c >= 0x20 && c < 0x7F && c != '"'; });
+  const std::string shown = plain ? std::string(key) : quoted_bytes(key);
+  return {file, path.empty() ? shown : str_cat(path, ".", shown)};
 }
 JsonWhere JsonWhere::index(size_t i) const { return {file, str_cat(path, "[", i, "]")}; }
 std::string JsonWhere::str() const { return str_cat(file, ": ", path.empty() ? "<root>" : path); }
@@ -28,7 +33,7 @@ Json load_json_file(const std::string& path) {
 const Json& json_member(const Json& j, std::string_view key, const JsonWhere& where) {
   MEGATRON_CHECK(j.is_object(), where.str(), " must be an object (it is ", j.type_name(), ")");
   const auto it = j.find(key);
-  MEGATRON_CHECK(it != j.end(), where.str(), " has no member \"", key, "\"");
+  MEGATRON_CHECK(it != j.end(), where.str(), " has no member ", quoted_bytes(key));
   return *it;
 }
 

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 #include "megatron/data/tokenizers/regex.h"
 #include "megatron/data/utf8.h"
 
@@ -203,8 +204,8 @@ std::unique_ptr<Normalizer> parse_normalizer(const Json& j, const JsonWhere& whe
     MEGATRON_FAIL(where.str(), ": normalizer ", type, " needs ICU; rebuild with libicu-dev installed");
 #endif
   }
-  MEGATRON_FAIL(where.str(), ": unsupported normalizer type \"", type,
-                "\" (supported: Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Strip)");
+  MEGATRON_FAIL(where.str(), ": unsupported normalizer type ", quoted_bytes(type),
+                " (supported: Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Strip)");
 }
 
 }  // namespace megatron::data

@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 
 namespace megatron::data {
 
@@ -24,7 +25,7 @@ std::vector<int32_t> NullTokenizer::encode(std::string_view text) const {
     int64_t value = -1;
     const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
     MEGATRON_CHECK(ec == std::errc() && end == word.data() + word.size() && value >= 0 && value <= size_,
-                   "NullTokenizer: \"", word, "\" at byte ", begin, " is not an id in [0, ", size_ + 1, ")");
+                   "NullTokenizer: ", quoted_bytes(word), " at byte ", begin, " is not an id in [0, ", size_ + 1, ")");
     ids.push_back(static_cast<int32_t>(value));
   }
   return ids;

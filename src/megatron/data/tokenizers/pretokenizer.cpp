@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 #include "megatron/data/tokenizers/byte_level.h"
 #include "megatron/data/tokenizers/gpt2_tokenizer.h"
 #include "megatron/data/tokenizers/normalizer.h"
@@ -19,7 +20,7 @@ Behavior parse_behavior(const std::string& s, const JsonWhere& where) {
   if (s == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
   if (s == "MergedWithNext") return Behavior::kMergedWithNext;
   if (s == "Contiguous") return Behavior::kContiguous;
-  MEGATRON_FAIL(where.str(), ": unknown split behavior \"", s, "\"");
+  MEGATRON_FAIL(where.str(), ": unknown split behavior ", quoted_bytes(s));
 }
 
 struct Cut {
@@ -196,15 +197,15 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const Json& j, const JsonWhere
     if (const Json* s = json_optional(j, "prepend_scheme")) {
       scheme = json_string(*s, where.child("prepend_scheme"));
       MEGATRON_CHECK(scheme == "always" || scheme == "first" || scheme == "never", where.child("prepend_scheme").str(),
-                     ": must be always, first or never, got \"", scheme, "\"");
+                     ": must be always, first or never, got ", quoted_bytes(scheme));
     } else if (!json_bool_or(j, "add_prefix_space", true, where)) {
       scheme = "never";
     }
     return std::make_unique<MetaspacePre>(json_string_or(j, "replacement", "\xE2\x96\x81", where), scheme,
                                           json_bool_or(j, "split", true, where), where);
   }
-  MEGATRON_FAIL(where.str(), ": unsupported pre_tokenizer type \"", type,
-                "\" (supported: Sequence, Split, ByteLevel, Digits, Metaspace, Whitespace, WhitespaceSplit)");
+  MEGATRON_FAIL(where.str(), ": unsupported pre_tokenizer type ", quoted_bytes(type),
+                " (supported: Sequence, Split, ByteLevel, Digits, Metaspace, Whitespace, WhitespaceSplit)");
 }
 
 }  // namespace megatron::data

@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 
 namespace megatron::data {
 
@@ -15,7 +16,7 @@ Regex::Regex(std::string pattern, std::string_view where) : pattern_(std::move(p
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    MEGATRON_FAIL(where, ": cannot compile regex \"", pattern_, "\" at offset ", error_offset, ": ",
+    MEGATRON_FAIL(where, ": cannot compile regex ", quoted_bytes(pattern_, 200), " at offset ", error_offset, ": ",
                   reinterpret_cast<const char*>(message));
   }
   jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
@@ -36,7 +37,10 @@ void Regex::find_all(std::string_view subject, std::vector<Span>& out) const {
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(md);
-      MEGATRON_FAIL("regex \"", pattern_, "\" failed with PCRE2 error ", rc, " at byte ", pos);
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof(message));
+      MEGATRON_FAIL("regex ", quoted_bytes(pattern_, 200), " failed at byte ", pos, " of a ", subject.size(),
+                    "-byte text: ", reinterpret_cast<const char*>(message));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const size_t b = ov[0], e = ov[1];

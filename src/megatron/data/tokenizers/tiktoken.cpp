@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 #include "megatron/data/tokenizers/bpe_merge.h"
 #include "megatron/data/tokenizers/json_util.h"
 #include "megatron/data/utf8.h"
@@ -41,10 +42,12 @@ std::vector<std::pair<std::string, int64_t>> read_json_ranks(const std::string& 
   std::vector<std::pair<std::string, int64_t>> entries;
   std::string bytes;
   const Json list = load_json_file(path);
+  MEGATRON_CHECK(list.is_array(), path, ": a JSON ranks file must be a list of {\"rank\", \"token_bytes\"}, it is ",
+                 list.type_name());
   for (size_t i = 0; i < list.size(); ++i) {
     const JsonWhere w{path, str_cat("[", i, "]")};
     const std::string b64 = json_string(json_member(list[i], "token_bytes", w), w.child("token_bytes"));
-    MEGATRON_CHECK(base64_decode(b64, bytes), w.child("token_bytes").str(), ": invalid base64 \"", b64, "\"");
+    MEGATRON_CHECK(base64_decode(b64, bytes), w.child("token_bytes").str(), ": invalid base64 ", quoted_bytes(b64));
     entries.emplace_back(bytes, json_int(json_member(list[i], "rank", w), w.child("rank")));
   }
   return entries;
@@ -60,9 +63,9 @@ std::vector<std::pair<std::string, int64_t>> parse_text_ranks(const std::string&
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     const size_t space = line.find(' ');
-    MEGATRON_CHECK(space != std::string::npos, path, ":", line_no, ": expected \"base64 rank\", got \"", line, "\"");
+    MEGATRON_CHECK(space != std::string::npos, path, ":", line_no, ": expected \"base64 rank\", got ", quoted_bytes(line));
     MEGATRON_CHECK(base64_decode(std::string_view(line).substr(0, space), bytes), path, ":", line_no,
-                   ": invalid base64 \"", line.substr(0, space), "\"");
+                   ": invalid base64 ", quoted_bytes(line.substr(0, space)));
     int64_t rank = -1;
     try {
       size_t used = 0;
@@ -70,7 +73,7 @@ std::vector<std::pair<std::string, int64_t>> parse_text_ranks(const std::string&
       if (used != line.size() - space - 1) rank = -1;
     } catch (const std::exception&) {
     }
-    MEGATRON_CHECK(rank >= 0, path, ":", line_no, ": invalid rank \"", line.substr(space + 1), "\"");
+    MEGATRON_CHECK(rank >= 0, path, ":", line_no, ": invalid rank ", quoted_bytes(line.substr(space + 1)));
     entries.emplace_back(bytes, rank);
   }
   return entries;
@@ -84,7 +87,7 @@ std::vector<std::pair<std::string, int64_t>> read_ranks_file(const std::string& 
   buffer << in.rdbuf();
   const std::string content = buffer.str();
   const size_t first = content.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && content[first] == '[') return read_json_ranks(path);
+  if (first != std::string::npos && (content[first] == '[' || content[first] == '{')) return read_json_ranks(path);
   return parse_text_ranks(path, content);
 }
 
@@ -118,9 +121,12 @@ TikTokenizer::TikTokenizer(const std::string& path, TikTokenOptions options) {
                                                : options.special_tokens;
   }
   const int64_t max_rank = options.max_vocab > 0 ? options.max_vocab - (megatron_layout ? offset_ : 0) : INT32_MAX;
+  // rank -> bytes is a table as long as the largest rank: ranks far beyond their count mean a corrupt file.
+  const int64_t rank_limit = std::max<int64_t>(2 * static_cast<int64_t>(entries.size()), int64_t{1} << 20);
   for (auto& [token, rank] : entries) {
     if (rank >= max_rank) continue;
-    MEGATRON_CHECK(rank < INT32_MAX - offset_ - static_cast<int64_t>(specials_.size()), path, ": rank ", rank, " too large");
+    MEGATRON_CHECK(rank < rank_limit, path, ": rank ", rank, " is far beyond the ", entries.size(),
+                   " ranks of the file (ranks must stay below ", rank_limit, ")");
     if (static_cast<size_t>(rank) >= rank_bytes_.size()) rank_bytes_.resize(static_cast<size_t>(rank) + 1);
     MEGATRON_CHECK(ranks_.emplace(token, static_cast<int32_t>(rank)).second, path, ": token of rank ", rank,
                    " appears twice");

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "megatron/core/error.h"
+#include "megatron/core/quoted_bytes.h"
 #include "megatron/data/tokenizers/families.h"
 #include "megatron/data/tokenizers/null_tokenizer.h"
 
@@ -59,8 +60,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& c) {
     MEGATRON_CHECK(f->make != nullptr, "--tokenizer-type ", c.type, ": this build has ", f->missing);
     return f->make(c);
   }
-  MEGATRON_FAIL("unknown --tokenizer-type \"", c.type,
-                "\" (supported: GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, Llama3Tokenizer, "
+  MEGATRON_FAIL("unknown --tokenizer-type ", quoted_bytes(c.type),
+                " (supported: GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, Llama3Tokenizer, "
                 "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, NullTokenizer)");
 }
 

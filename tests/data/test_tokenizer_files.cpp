@@ -1,0 +1,83 @@
+// Bad tokenizer files found by the fuzz targets or by review: each refused with a megatron::Error naming the
+// file, the entry and the constraint -- never a narrowed id, an overflow, a table as large as a rank a file
+// claims, or another exception type.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "harness.h"
+#include "megatron/data/tokenizers/tokenizer.h"
+
+namespace megatron::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+class TokenizerFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!tokenizer_available("GPT2BPETokenizer")) GTEST_SKIP() << "this build has no PCRE2 tokenizers";
+    dir_ = testing::make_temp_dir("tokenizer_files");
+  }
+  fs::path dir_;
+};
+
+// Every byte's base64 with rank = the byte, as tiktoken's files start.
+std::string byte_ranks() {
+  static const char* digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (int b = 0; b < 256; ++b) {
+    out += digits[b >> 2];
+    out += digits[(b & 3) << 4];
+    out += "== " + std::to_string(b) + "\n";
+  }
+  return out;
+}
+
+TEST_F(TokenizerFiles, Gpt2IdsOutsideInt32AreRefused) {
+  write(dir_ / "merges.txt", "#version: 0.2\n");
+  write(dir_ / "vocab.json", R"({"a": 0, "b": 3000000000})");
+  testing::expect_error(
+      [&] { make_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = (dir_ / "vocab.json").string(),
+                            .merge_file = (dir_ / "merges.txt").string()}); },
+      {"vocab.json", "the id of \"b\" is not an integer in [0, 2^31 - 1), got \"3000000000\""});
+  // An id within int32 but far beyond the tokens would size the id table: refused too.
+  write(dir_ / "vocab.json", R"({"a": 0, "b": 2000000000})");
+  testing::expect_error(
+      [&] { make_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = (dir_ / "vocab.json").string(),
+                            .merge_file = (dir_ / "merges.txt").string()}); },
+      {"merges.txt: merge", "the largest token id 2000000000 is far beyond the 2 tokens"});
+  write(dir_ / "vocab.json", R"({"a": 0, "b": 1})");
+  write(dir_ / "merges.txt", "a\x1b[2Jb\n");
+  testing::expect_error(
+      [&] { make_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = (dir_ / "vocab.json").string(),
+                            .merge_file = (dir_ / "merges.txt").string()}); },
+      {"merges.txt:1: a merge must be two tokens separated by one space, got \"a\\x1b[2Jb\""});
+}
+
+TEST_F(TokenizerFiles, HuggingFaceAddedTokenIdsStayBelowInt32Max) {
+  write(dir_ / "tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+      "added_tokens": [{"id": 2147483647, "content": "<x>"}]})");
+  testing::expect_error([&] { make_tokenizer({.type = "HuggingFaceTokenizer", .tokenizer_model = (dir_ / "tokenizer.json").string()}); },
+                        {"tokenizer.json: added_tokens[0].id: token id 2147483647 is outside [0, 2^31 - 1)"});
+  write(dir_ / "tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a\u001b": -1}, "merges": []}})");
+  testing::expect_error([&] { make_tokenizer({.type = "HuggingFaceTokenizer", .tokenizer_model = (dir_ / "tokenizer.json").string()}); },
+                        {"model.vocab.\"a\\x1b\": token id -1 is outside"});
+}
+
+TEST_F(TokenizerFiles, TiktokenRanksFarBeyondTheFileAndNonListJsonAreRefused) {
+  write(dir_ / "ranks", byte_ranks() + "YWI= 2000000000\n");
+  testing::expect_error([&] { make_tokenizer({.type = "TikTokenizer", .tokenizer_model = (dir_ / "ranks").string()}); },
+                        {"ranks: rank 2000000000 is far beyond the 257 ranks of the file"});
+  write(dir_ / "ranks", R"({"rank": 0, "token_bytes": "IQ=="})");
+  testing::expect_error([&] { make_tokenizer({.type = "TikTokenizer", .tokenizer_model = (dir_ / "ranks").string()}); },
+                        {"ranks: a JSON ranks file must be a list", "it is object"});
+  write(dir_ / "ranks", byte_ranks() + "!!\x07 300\n");
+  testing::expect_error([&] { make_tokenizer({.type = "TikTokenizer", .tokenizer_model = (dir_ / "ranks").string()}); },
+                        {"ranks:257: invalid base64 \"!!\\x07\""});
+}
+
+}  // namespace
+}  // namespace megatron::data
