@@ -7,7 +7,7 @@
 
 #include "megatron/checkpoint/checkpoint_dir.h"
 #include "megatron/checkpoint/checkpoint_metadata.h"
-#include "megatron/checkpoint/crc32c.h"
+#include "megatron/core/crc32c.h"
 #include "megatron/checkpoint/safetensors.h"
 #include "megatron/core/error.h"
 
