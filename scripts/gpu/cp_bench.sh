@@ -95,21 +95,8 @@ if [[ $STAGES == *" small "* ]]; then
          --vocab-file "$D/vocab.json" --merge-file "$D/merges.txt" --data-cache-path "$OUT/data-cache")
   run small_cp1 "$BIN" "${SMALL[@]}"
   run small_cp2 "${MPI[@]}" "$BIN" "${SMALL[@]}" --context-parallel-size 2 --cp-comm-type p2p
-  python3 - "$OUT/cp_small_cp1.log" "$OUT/cp_small_cp2.log" <<'PY' | tee "$OUT/cp_small_compare.txt"
-import re, sys
-def losses(path):
-    out = {}
-    for line in open(path):
-        m = re.search(r"iteration +(\d+)/.*lm loss: ([0-9.E+-]+)", line)
-        if m: out[int(m.group(1))] = float(m.group(2))
-    return out
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-common = sorted(set(a) & set(b))
-if common:
-    rel = [abs(a[i] - b[i]) / abs(a[i]) for i in common]
-    print(f"0.89B seq 16384, CP=2 vs one GPU: {len(common)} iterations, loss {a[common[0]]:.4f} -> {a[common[-1]]:.4f}; "
-          f"max relative difference {max(rel):.2e} (iteration {common[rel.index(max(rel))]}), mean {sum(rel)/len(rel):.2e}")
-PY
+  scripts/gpu/compare_losses.py "$OUT/cp_small_cp1.log" "$OUT/cp_small_cp2.log" "0.89B seq 16384, CP=2 vs one GPU" |
+    tee "$OUT/cp_small_compare.txt"
 fi
 
 echo

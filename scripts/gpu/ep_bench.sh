@@ -43,22 +43,7 @@ run() {  # run <name> <command...>
 }
 
 compare() {  # compare <EP=1 run> <EP=2 run>: the largest relative difference of their lm losses
-  python3 - "$OUT/ep_$1.log" "$OUT/ep_$2.log" <<'PY' | tee -a "$OUT/ep_compare.txt"
-import re, sys
-def losses(path):
-    out = {}
-    for line in open(path):
-        m = re.search(r"iteration +(\d+)/.*lm loss: ([0-9.E+-]+)", line)
-        if m: out[int(m.group(1))] = float(m.group(2))
-    return out
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-common = sorted(set(a) & set(b))
-if common:
-    rel = [abs(a[i] - b[i]) / abs(a[i]) for i in common]
-    print(f"{sys.argv[2]} against {sys.argv[1]}: {len(common)} iterations, loss {a[common[0]]:.4f} -> "
-          f"{a[common[-1]]:.4f}; max relative difference {max(rel):.2e} (iteration {common[rel.index(max(rel))]}), "
-          f"mean {sum(rel)/len(rel):.2e}")
-PY
+  scripts/gpu/compare_losses.py "$OUT/ep_$1.log" "$OUT/ep_$2.log" "$2 against $1" | tee -a "$OUT/ep_compare.txt"
 }
 
 if [[ $STAGES == *" mixtral "* ]]; then

@@ -46,22 +46,7 @@ run() {  # run <name> <pretrain_gpt flags...>: the planner's prediction, then th
 }
 
 compare_losses() {  # compare_losses <reference run> <run>: the largest relative difference of the lm losses
-  python3 - "$OUT/fsdp_$1.log" "$OUT/fsdp_$2.log" "$2 vs $1" <<'PY'
-import re, sys
-def losses(path):
-    out = {}
-    for line in open(path):
-        m = re.search(r"iteration +(\d+)/.*lm loss: ([0-9.E+-]+)", line)
-        if m: out[int(m.group(1))] = float(m.group(2))
-    return out
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-common = sorted(set(a) & set(b))
-if not common:
-    print(f"{sys.argv[3]}: no common iterations"); sys.exit(0)
-rel = [abs(a[i] - b[i]) / abs(a[i]) for i in common]
-print(f"{sys.argv[3]}: {len(common)} iterations, loss {a[common[0]]:.4f} -> {a[common[-1]]:.4f}; "
-      f"max relative difference {max(rel):.2e} (iteration {common[rel.index(max(rel))]})")
-PY
+  scripts/gpu/compare_losses.py "$OUT/fsdp_$1.log" "$OUT/fsdp_$2.log" "$2 vs $1"
 }
 
 STAGES=("$@")

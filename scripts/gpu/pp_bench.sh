@@ -77,20 +77,8 @@ if want gpt2; then
         --data-cache-path "$OUT/data-cache")
   run gpt2_pp1 "$BIN" "${GPT2[@]}"
   run gpt2_pp2 "${MPI[@]}" "$BIN" "${GPT2[@]}" --pipeline-model-parallel-size 2
-  python3 - "$OUT/pp_gpt2_pp1.log" "$OUT/pp_gpt2_pp2.log" <<'PY' | tee "$OUT/pp_gpt2_compare.txt"
-import re, sys
-def losses(path):
-    out = {}
-    for line in open(path):
-        m = re.search(r"iteration +(\d+)/.*lm loss: ([0-9.E+-]+)", line)
-        if m: out[int(m.group(1))] = float(m.group(2))
-    return out
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-common = sorted(set(a) & set(b))
-rel = [abs(a[i] - b[i]) / abs(a[i]) for i in common]
-print(f"GPT-2 tied, PP=2 vs one GPU: {len(common)} iterations, loss {a[common[0]]:.4f} -> {a[common[-1]]:.4f}; "
-      f"max relative difference {max(rel):.2e} (iteration {common[rel.index(max(rel))]}), mean {sum(rel)/len(rel):.2e}")
-PY
+  scripts/gpu/compare_losses.py "$OUT/pp_gpt2_pp1.log" "$OUT/pp_gpt2_pp2.log" "GPT-2 tied, PP=2 vs one GPU" |
+    tee "$OUT/pp_gpt2_compare.txt"
 fi
 if want 8b-others; then
   run 8b_tp2_sp "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --tensor-model-parallel-size 2 --sequence-parallel
