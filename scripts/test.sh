@@ -4,7 +4,8 @@
 #
 #   scripts/test.sh                 # CUDA build if a toolkit is found (compile + link), plus a CPU-only build
 #                                   # configured without PCRE2 (proves NullTokenizer preprocesses and trains there;
-#                                   # it skips the `mpi` equivalence suites, whose code both builds share)
+#                                   # it skips the `mpi` equivalence suites and the `faults` trials, whose code
+#                                   # both builds share)
 #   BUILD_DIR=out scripts/test.sh   # another build directory (default: build)
 #   SKIP_CPU_ONLY=1 scripts/test.sh # skip the second, CPU-only configuration
 #   ROBUSTNESS=1 scripts/test.sh    # then also the sanitizer + fuzzing configuration (scripts/robustness.sh: a
@@ -37,7 +38,7 @@ configure_build_test() {  # dir, ctest labels to leave out, extra cmake args...
 
 configure_build_test "$BUILD_DIR" gpu -DMEGATRON_TOKENIZERS=ON
 if [ "${SKIP_CPU_ONLY:-0}" != "1" ] && grep -q "CUDA backend ON" "$BUILD_DIR.configure.log"; then
-  configure_build_test "$BUILD_DIR-cpu-only" "gpu|mpi" -DMEGATRON_CUDA=OFF -DMEGATRON_TOKENIZERS=ON -DMEGATRON_TOKENIZERS_REGEX=OFF
+  configure_build_test "$BUILD_DIR-cpu-only" "gpu|mpi|faults" -DMEGATRON_CUDA=OFF -DMEGATRON_TOKENIZERS=ON -DMEGATRON_TOKENIZERS_REGEX=OFF
 fi
 if [ "${ROBUSTNESS:-0}" = "1" ]; then
   BUILD_DIR="$BUILD_DIR-sanitize" scripts/robustness.sh
