@@ -337,9 +337,11 @@ TEST(RankFaults, AKilledRankEndsTheJobWithAReport) {
 TEST(RankFaults, WhenTheLauncherKeepsTheOthersRunningTheWatchdogEndsThem) {
   // With --enable-recovery mpiexec leaves the other ranks running: they wait in the gradient all-reduce for
   // the dead rank, and the watchdog reports it and ends them once --distributed-timeout-minutes (6 s) passed.
+  // (mpiexec's own "MPI_ABORT was invoked" text is not required: when two ranks abort at once Open MPI's help
+  // printer can fail with "Out of resource" and print nothing.)
   expect_killed_rank_ends_the_job({"--enable-recovery"},
                                   {"[megatron watchdog]", "all_reduce on group", "has waited 6.0 s",
-                                   "did not join this collective", "MPI_ABORT was invoked"});
+                                   "did not join this collective"});
 }
 #endif
 
