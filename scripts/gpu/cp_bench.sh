@@ -11,10 +11,7 @@
 #   scripts/gpu/cp_bench.sh [8b] [longest] [small]   (ITERS_8B=4, ITERS_SMALL=50, RUN_TIMEOUT=s per run)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0   # never use NVLink multicast on shared machines
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source scripts/gpu/two_gpus.sh  # OUT, the environment, MPI
 STAGES=" ${*:-8b} "
 ITERS_8B=${ITERS_8B:-4}
 SEQ_8B=${SEQ_8B:-32768}
@@ -22,7 +19,6 @@ GBS_8B=${GBS_8B:-4}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 GPU_GIB=${GPU_GIB:-139}
 BIN=build-gpu/tools/pretrain_gpt
-MPI=(mpirun -np 2 -x NCCL_NVLS_ENABLE -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM --bind-to none)
 LLAMA3_8B=(--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8
            --ffn-hidden-size 14336 --seq-length "$SEQ_8B" --max-position-embeddings "$SEQ_8B" --vocab-size 128256
            --rotary-base 500000 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear

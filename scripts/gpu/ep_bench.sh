@@ -13,15 +13,11 @@
 #   scripts/gpu/ep_bench.sh [mixtral] [large] [parity]   (ITERS=8, RUN_TIMEOUT=s per run)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0   # never use NVLink multicast on shared machines
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source scripts/gpu/two_gpus.sh  # OUT, the environment, MPI
 STAGES=" ${*:-mixtral large} "
 ITERS=${ITERS:-8}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 BIN=build-gpu/tools/pretrain_gpt
-MPI=(mpirun -np 2 -x NCCL_NVLS_ENABLE -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM --bind-to none)
 MOE=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
      --ffn-hidden-size 5632 --seq-length 4096 --max-position-embeddings 4096 --vocab-size 32000
      --position-embedding-type rope --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights

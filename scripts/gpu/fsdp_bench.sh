@@ -16,13 +16,9 @@
 #   scripts/gpu/fsdp_bench.sh [8b|8b-mbs2|largest]...   (ITERS_8B=6, ITERS_LARGEST=4, RUN_TIMEOUT=s per run)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0   # never use NVLink multicast on shared machines
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source scripts/gpu/two_gpus.sh  # OUT, the environment, MPI
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 BIN=build-gpu/tools/pretrain_gpt
-MPI=(mpirun -np 2 -x NCCL_NVLS_ENABLE -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM --bind-to none)
 LLAMA=(--group-query-attention --seq-length 4096 --max-position-embeddings 4096 --vocab-size 128256
        --rotary-base 500000 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear
        --untie-embeddings-and-output-weights --micro-batch-size 1 --global-batch-size 32 --bf16 --mock-data

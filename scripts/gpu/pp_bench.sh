@@ -18,10 +18,7 @@
 #   traces out of $OUT)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0   # never use NVLink multicast on shared machines
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source scripts/gpu/two_gpus.sh  # OUT, the environment, MPI
 STAGES=" ${*:-all} "
 want() { [[ $STAGES == *" all "* || $STAGES == *" $1 "* ]]; }
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
@@ -29,7 +26,6 @@ PROF=${PROF:-$OUT}
 ITERS_8B=${ITERS_8B:-5}
 ITERS_GPT2=${ITERS_GPT2:-50}
 BIN=build-gpu/tools/pretrain_gpt
-MPI=(mpirun -np 2 -x NCCL_NVLS_ENABLE -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM --bind-to none)
 LLAMA3_8B=(--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8
            --ffn-hidden-size 14336 --seq-length 4096 --max-position-embeddings 4096 --vocab-size 128256
            --rotary-base 500000 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear

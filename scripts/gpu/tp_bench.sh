@@ -10,15 +10,11 @@
 #   scripts/gpu/tp_bench.sh [8b|small|all]   (default all; ITERS=..., ITERS_8B=... change the lengths)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0   # never use NVLink multicast on shared machines
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source scripts/gpu/two_gpus.sh  # OUT, the environment, MPI
 WHAT=${1:-all}
 ITERS=${ITERS:-20}
 ITERS_8B=${ITERS_8B:-10}
 BIN=build-gpu/tools/pretrain_gpt
-MPI=(mpirun -np 2 -x NCCL_NVLS_ENABLE -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM --bind-to none)
 COMMON=(--bf16 --mock-data --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --lr-warmup-iters 2
         --hidden-dropout 0 --attention-dropout 0 --eval-iters 0 --device cuda --swiglu --normalization RMSNorm
         --position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights
