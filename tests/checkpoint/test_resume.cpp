@@ -77,9 +77,12 @@ struct TrainingRun {
     trainer = std::make_unique<trainer::Trainer>(*ctx, args, *model);
   }
   TrainingState state() {
-    return {.model = {model.get()}, .optimizer = &trainer->optimizer(), .scheduler = &trainer->mutable_scheduler(),
-            .scaler = trainer->mutable_loss_scaler(), .args = &args, .iteration = iteration,
-            .consumed_train_samples = train.consumed(), .consumed_valid_samples = valid.consumed()};
+    TrainingState s{.model = {model.get()}, .optimizer = &trainer->optimizer(),
+                    .scheduler = &trainer->mutable_scheduler(), .scaler = trainer->mutable_loss_scaler(),
+                    .args = &args, .iteration = iteration, .consumed_train_samples = train.consumed(),
+                    .consumed_valid_samples = valid.consumed()};
+    if (const optim::DistributedOptimizer* d = trainer->distributed_optimizer()) s.optimizer_ranges = d->param_ranges();
+    return s;
   }
   std::vector<double> steps(int64_t until) {
     std::vector<double> losses;
@@ -93,7 +96,9 @@ struct TrainingRun {
   void load(const fs::path& root, const train::CheckpointArguments& flags) {
     CheckpointReader reader = CheckpointReader::open(root);
     TrainingState s = state();
+    trainer->acquire_params_for_checkpoint();  // as pretrain_gpt's load does
     LoadedTraining l = load_training_checkpoint(*ctx, reader, s, flags);
+    trainer->release_params_after_checkpoint(/*loaded=*/true);
     iteration = l.iteration;
     train.set_consumed(l.consumed_train_samples);
     valid.set_consumed(l.consumed_valid_samples);
@@ -187,6 +192,56 @@ TEST(Resume, BitExactInFp8) {
     f.insert(f.end(), recipe.begin(), recipe.end());
     expect_bit_exact_resume(f, DType::F32, false);
   }
+}
+
+// --fp8-param-gather: the FP8 weights' only high-precision copy is the distributed optimizer's masters. The
+// checkpoint saves the weights rounded from them (in bf16 for a bf16 run) and the masters; the resumed run loads
+// the masters and the scaling state and quantises the weights again, bit for bit.
+TEST(Resume, BitExactInFp8WithFp8ParamGather) {
+  const std::vector<std::string> gather = {"--use-distributed-optimizer", "--fp8-param-gather"};
+  for (const auto& [recipe, dtype] :
+       {std::pair{kFp8Delayed, DType::F32},
+        std::pair{std::vector<std::string>{"--fp8-format", "e4m3", "--fp8-recipe", "tensorwise", "--bf16"}, DType::BF16}}) {
+    SCOPED_TRACE(recipe[3]);
+    std::vector<std::string> f = base_flags(8);
+    f.insert(f.end(), {"--mock-data", "--vocab-size", "4096"});
+    f.insert(f.end(), recipe.begin(), recipe.end());
+    f.insert(f.end(), gather.begin(), gather.end());
+    expect_bit_exact_resume(f, dtype, false);
+  }
+}
+
+// A checkpoint of a run with --fp8-param-gather loads into a run without it (its FP8 weights cast from the loaded
+// ones) and that run's checkpoint back into one with it, which then trains on bit for bit like the first run.
+TEST(Resume, Fp8ParamGatherCheckpointsLoadWithoutItAndBack) {
+  std::vector<std::string> without = base_flags(8);
+  without.insert(without.end(), {"--mock-data", "--vocab-size", "4096", "--use-distributed-optimizer"});
+  without.insert(without.end(), kFp8Delayed.begin(), kFp8Delayed.end());
+  std::vector<std::string> with = without;
+  with.push_back("--fp8-param-gather");
+  const int64_t N = 7, k = 3;
+  std::vector<double> full = TrainingRun(make_args(with), DType::F32, 11).steps(N);
+  fs::path there = testing::make_temp_dir("fp8_gather_to_plain"), back = testing::make_temp_dir("plain_to_fp8_gather");
+  {
+    TrainingRun first(make_args(with), DType::F32, 11);
+    first.steps(k);
+    save_training_checkpoint(*first.ctx, there, first.state(), {}, nullptr);
+  }
+  {
+    TrainingRun plain(make_args(without), DType::F32, 99);
+    plain.load(there, {});
+    for (const nn::Parameter* p : plain.model->parameters()) EXPECT_FALSE(p->stored_in_fp8()) << p->name;
+    save_training_checkpoint(*plain.ctx, back, plain.state(), {}, nullptr);
+  }
+  TrainingRun again(make_args(with), DType::F32, 11);
+  again.load(back, {});
+  int kept_in_fp8 = 0;
+  for (const nn::Parameter* p : again.model->parameters()) kept_in_fp8 += p->stored_in_fp8() ? 1 : 0;
+  EXPECT_EQ(kept_in_fp8, 8);  // QKV, projection, fc1 and fc2 of both layers
+  const std::vector<double> tail = again.steps(N);
+  ASSERT_EQ(tail.size(), size_t(N - k));
+  for (int64_t i = 0; i < N - k; ++i)
+    EXPECT_EQ(tail[size_t(i)], full[size_t(k + i)]) << "iteration " << k + i + 1 << " differs after the round trip";
 }
 
 // An FP8 run's checkpoint loads into a run without FP8 (the scaling state is left unread) and the other way

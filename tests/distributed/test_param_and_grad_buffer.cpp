@@ -104,6 +104,51 @@ TEST(ParamAndGradBuffer, RebindsParametersOntoViews) {
                         {"bucket_values", "distributed optimizer"});
 }
 
+// FP8 storage (--fp8-param-gather): the values become F8E4M3 views of a zeroed FP8 buffer, the values from before
+// the move stay available for the optimizer's masters until released, and the gradients are moved as usual.
+TEST(ParamAndGradBuffer, Fp8StorageKeepsTheValuesForTheMasters) {
+  Context& ctx = testing::cpu_context();
+  std::vector<nn::Parameter> storage;
+  storage.push_back(nn::make_parameter(ctx, "a.weight", {16, 32}, DType::BF16, false));
+  storage.push_back(nn::make_parameter(ctx, "b.weight", {48, 16}, DType::BF16, false));
+  std::vector<nn::Parameter*> params;
+  std::vector<std::vector<double>> values, grads;
+  for (size_t i = 0; i < storage.size(); ++i) {
+    testing::fill_random(storage[i].value, 300 + i);
+    testing::fill_random(storage[i].main_grad, 400 + i);
+    storage[i].keep_in_fp8 = true;
+    params.push_back(&storage[i]);
+    values.push_back(testing::to_doubles(ctx, storage[i].value));
+    grads.push_back(testing::to_doubles(ctx, storage[i].main_grad));
+  }
+  ParamAndGradBuffer buffer(ctx, params, 0, 2, /*distributed_optimizer=*/true);
+  ASSERT_TRUE(buffer.fp8_values());
+  EXPECT_EQ(buffer.values().dtype(), DType::F8E4M3);
+  EXPECT_EQ(buffer.param_dtype(), DType::BF16);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const nn::Parameter& p = *params[i];
+    EXPECT_TRUE(p.stored_in_fp8()) << p.name;
+    EXPECT_EQ(p.dtype(), DType::BF16) << p.name;
+    EXPECT_EQ(p.value.storage(), buffer.values().storage()) << p.name;
+    EXPECT_EQ(p.value.shape(), p.main_grad.shape()) << p.name;
+    for (double v : testing::to_doubles(ctx, p.value)) EXPECT_EQ(v, 0.0);  // until the optimizer quantises
+    EXPECT_EQ(testing::to_doubles(ctx, p.fp8_scale_inv), std::vector<double>{1.0});
+    EXPECT_EQ(testing::to_doubles(ctx, p.main_grad), grads[i]) << p.name;
+    EXPECT_EQ(testing::to_doubles(ctx, buffer.initial_value(i)), values[i]) << p.name;
+  }
+  buffer.release_initial_values();
+  testing::expect_error([&] { buffer.initial_value(0); }, {"initial_value", "release_initial_values"});
+  // One buffer holds one kind; FP8 storage needs the distributed optimizer.
+  std::vector<nn::Parameter> mixed;
+  mixed.push_back(nn::make_parameter(ctx, "c.weight", {16, 16}, DType::BF16, false));
+  mixed.push_back(nn::make_parameter(ctx, "d.weight", {16, 16}, DType::BF16, false));
+  mixed[0].keep_in_fp8 = true;
+  testing::expect_error([&] { ParamAndGradBuffer(ctx, {&mixed[0], &mixed[1]}, 0, 1, true); },
+                        {"d.weight", "one buffer holds one kind"});
+  testing::expect_error([&] { ParamAndGradBuffer(ctx, {&mixed[0]}, 0, 1, false); },
+                        {"c.weight", "--fp8-param-gather", "distributed optimizer"});
+}
+
 TEST(BufferLayout, UnitsCloseBuckets) {
   // Units 0 0 1 1 2 of 10 .. 50 elements: a bucket per unit (in reverse order) whatever the size rule says,
   // and the size rule still closes buckets inside a unit.

@@ -3,7 +3,8 @@
 // format, delayed scaling in E4M3 with a longer history, the max algorithm and a margin, and tensorwise
 // (current) scaling -- and every layout must give the one-rank FP8 run's losses, gradient norms and validation
 // loss within 1e-5 relative: pipelines of 2 and 4 stages in fp32 (each stage keeps and reduces its own scales;
-// the run must not hang), and tensor and data parallelism (the distributed optimizer, FSDP) in F64.
+// the run must not hang), and tensor and data parallelism (the distributed optimizer, FSDP; the weights kept in
+// FP8 with --fp8-param-gather) in F64.
 #include <gtest/gtest.h>
 
 #include "layout_training.h"
@@ -92,6 +93,33 @@ TEST(Fp8Training, TensorAndDataParallelTrainLikeOneRankInDouble) {
   for (const Architecture& a : architectures())
     if (a.first.find("history") == std::string::npos) archs.push_back(a);  // hybrid delayed and tensorwise
   expect_layouts_train_like_one_rank(*world, reordering_layouts(), archs, make_args, 0, DType::F64);
+}
+
+// --fp8-param-gather keeps the FP8 linears' weights only as FP8, quantised shard by shard from the distributed
+// optimizer's masters and all-gathered as FP8 bytes. In F64 the masters are the values a run without the flag
+// casts, and the amaxes the optimizer's casts record (delayed) or reduce over DP and TP (tensorwise) are the
+// ones the forward's casts would, so each layout must train like one rank without the flag: this fails when a
+// shard's amax is not reduced, a weight's scale_inv does not match its values, or the delayed history records
+// the weights in the wrong iteration.
+TEST(Fp8Training, Fp8ParamGatherTrainsLikeOneRankWithoutItInDouble) {
+  auto world = testing::mpi_world();
+  ASSERT_EQ(world->size(), 4) << "run with mpiexec -np 4";
+  const std::vector<std::string> gather = {"--use-distributed-optimizer", "--fp8-param-gather"};
+  auto with_gather = [&](std::vector<std::string> flags) {
+    flags.insert(flags.end(), gather.begin(), gather.end());
+    return flags;
+  };
+  const std::vector<Layout> layouts = {
+      {"one rank, FP8 weights", 1, {}, with_gather({})},
+      {"DP=2, FP8 weights gathered, overlapped", 2, {},
+       with_gather({"--overlap-grad-reduce", "--overlap-param-gather"})},
+      {"TP=2 + SP x DP=2, FP8 weights gathered", 4, {.tensor_model_parallel = 2},
+       with_gather({"--tensor-model-parallel-size", "2", "--sequence-parallel"})},
+  };
+  std::vector<Architecture> archs;
+  for (const Architecture& a : architectures())
+    if (a.first.find("history") == std::string::npos) archs.push_back(a);  // hybrid delayed and tensorwise
+  expect_layouts_train_like_one_rank(*world, layouts, archs, make_args, 0, DType::F64);
 }
 
 }  // namespace

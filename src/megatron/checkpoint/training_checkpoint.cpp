@@ -1,6 +1,7 @@
 #include "megatron/checkpoint/training_checkpoint.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "megatron/checkpoint/sharded_tensor.h"
@@ -157,13 +158,13 @@ Placed place_parameter(const TrainingState& state, const nn::Parameter& p) {
     MEGATRON_CHECK(where.global_shape.empty() || where.global_shape == local, "checkpoint: parameter '", p.name,
                    "' is ", dims_text(local), " here but its placement names no box of the whole ",
                    dims_text(where.global_shape));
-    placed.boxes.push_back(whole_tensor(p.name, local, p.value.dtype()));
+    placed.boxes.push_back(whole_tensor(p.name, local, p.dtype()));
     placed.first.push_back(0);
     return placed;
   }
   int64_t next = 0;  // the local element the next box must start at
   for (const PlacementBox& b : where.boxes) {
-    ShardSpec box = whole_tensor(p.name, where.global_shape, p.value.dtype());
+    ShardSpec box = whole_tensor(p.name, where.global_shape, p.dtype());
     box.global_offset = b.global_offset;
     box.local_shape = b.shape;
     validate_shard(box);
@@ -333,6 +334,25 @@ struct ParameterLoader {
   }
 };
 
+// Weights kept in FP8 (--fp8-param-gather) load into the distributed optimizer's masters of their ranges: the
+// fp32 masters when the checkpoint has them, else the saved weights (any dtype). The trainer quantises them
+// into the FP8 weights after the load (optim::DistributedOptimizer::requantize_fp8_params).
+void load_fp8_weights_into_masters(const ParameterLoader& load_pieces, const TrainingState& state) {
+  const nn::ParameterList& params = load_pieces.params;
+  if (std::none_of(params.begin(), params.end(), [](const nn::Parameter* p) { return p->stored_in_fp8(); })) return;
+  MEGATRON_CHECK(state.optimizer != nullptr && !state.optimizer_ranges.empty(), "load_training_checkpoint: the "
+                 "model keeps weights in FP8, which load into the distributed optimizer's masters; none was given");
+  const auto index = index_of(params);
+  for (size_t k = 0; k < state.optimizer_ranges.size(); ++k) {
+    const auto& r = state.optimizer_ranges[k];
+    const size_t i = param_index(index, r.param);
+    const nn::Parameter& p = *params[i];
+    if (!p.stored_in_fp8()) continue;
+    const std::string key = load_pieces.reader.has(kFp32Param + p.name) ? kFp32Param + p.name : p.name;
+    load_pieces(i, key, state.optimizer->master(k), r.begin, r.end, true);
+  }
+}
+
 // The optimizer's fp32 masters and moments (every entry: a whole parameter, or with the distributed
 // optimizer its range), its step count, and the scheduler's and loss scaler's state where they exist.
 void load_optimizer_state(const ParameterLoader& load_pieces, const nlohmann::json& saved, TrainingState& state) {
@@ -425,11 +445,12 @@ std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_
   };
   const optim::AdamW* opt = save_optim ? state.optimizer : nullptr;
   // The pieces of local data `data` (elements [begin, end) of parameter i's local tensor) under `key`.
+  // saved_as: the dtype the pieces are saved in when not data's (save_training_checkpoint converts them).
   auto add_pieces = [&](size_t i, const std::string& key, const Tensor& data, int64_t begin, int64_t end,
-                        bool ranged, bool replicated) {
+                        bool ranged, bool replicated, std::optional<DType> saved_as = std::nullopt) {
     MEGATRON_CHECK(data.numel() == end - begin, "save_training_checkpoint: '", key, "' holds ", data.numel(),
                    " elements for the ", end - begin, " of its parameter's local range [", begin, ", ", end, ")");
-    for (LocalPiece& piece : local_pieces(placed[i], key, data.dtype(), begin, end, ranged)) {
+    for (LocalPiece& piece : local_pieces(placed[i], key, saved_as.value_or(data.dtype()), begin, end, ranged)) {
       const Tensor part = piece.begin == 0 && piece.end == data.numel() ? data : flat_slice(data, piece.begin, piece.end);
       add(std::move(piece.spec), part, placed[i], replicated);
     }
@@ -437,8 +458,11 @@ std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_
 
   if (state.optimizer_ranges.empty()) {
     // Replicated optimizer: whole local tensors, identical on every DP rank.
-    for (size_t i = 0; i < params.size(); ++i)
+    for (size_t i = 0; i < params.size(); ++i) {
+      MEGATRON_CHECK(!params[i]->stored_in_fp8(), "save_training_checkpoint: ", params[i]->name, " is kept in FP8, "
+                     "which only the distributed optimizer's ranges (optimizer_ranges) can save");
       add_pieces(i, params[i]->name, params[i]->value, 0, params[i]->value.numel(), false, true);
+    }
     if (opt != nullptr) {
       MEGATRON_CHECK(opt->size() == params.size(), "save_training_checkpoint: the optimizer holds ", opt->size(),
                      " tensors but the model has ", params.size(), " parameters");
@@ -464,7 +488,15 @@ std::vector<SaveItem> training_save_items(const TrainingState& state, bool save_
       const size_t i = param_index(index, r.param);
       const nn::Parameter& p = *params[i];
       const Tensor weights = flat_slice(p.value, r.begin, r.end);
-      add_pieces(i, p.name, weights, r.begin, r.end, true, false);
+      if (p.stored_in_fp8()) {
+        // A weight kept in FP8 is saved as the parameter dtype it stands for, rounded from its master: what a
+        // run without --fp8-param-gather saves, so either loads it.
+        MEGATRON_CHECK(state.optimizer != nullptr, "save_training_checkpoint: ", p.name, " is kept in FP8; its "
+                       "weights are saved from the optimizer's masters, but no optimizer was given");
+        add_pieces(i, p.name, state.optimizer->master(k), r.begin, r.end, true, false, p.dtype());
+      } else {
+        add_pieces(i, p.name, weights, r.begin, r.end, true, false);
+      }
       if (opt == nullptr) continue;
       if (opt->master(k).data_ptr() != weights.data_ptr())
         add_pieces(i, kFp32Param + p.name, opt->master(k), r.begin, r.end, true, false);
@@ -535,6 +567,12 @@ SaveReport save_training_checkpoint(Context& ctx, const fs::path& root, const Tr
                                     comm::Communicator* world) {
   const bool save_optim = !flags.no_save_optim;
   std::vector<SaveItem> items = training_save_items(state, save_optim);
+  for (SaveItem& item : items)
+    if (item.data.dtype() != item.spec.dtype) {  // a weight kept in FP8: its master, rounded to the saved dtype
+      Tensor converted = ctx.empty(item.data.shape(), item.spec.dtype);
+      ops::cast(ctx, converted, item.data);
+      item.data = std::move(converted);
+    }
   for (SaveItem& item : fp8_save_items(ctx, state)) items.push_back(std::move(item));
   nlohmann::json json = training_state_json(state, save_optim, !flags.no_save_rng);
   SaveOptions options{.keep_last = flags.keep_last, .hooks = hooks};
@@ -568,6 +606,7 @@ LoadedTraining load_training_state(Context& ctx, CheckpointReader& reader, Train
   for (size_t i = 0; i < params.size(); ++i) {
     progress.update(int64_t(i));
     nn::Parameter* p = params[i];
+    if (p->stored_in_fp8()) continue;  // into its masters, below
     // fp32 parameters take the fp32 master when the checkpoint has one (saved from a bf16/fp16 run): the
     // exact values the optimizer was updating, not their rounded copy.
     const bool exact = p->value.dtype() == DType::F32 && reader.has(kFp32Param + p->name);
@@ -575,6 +614,7 @@ LoadedTraining load_training_state(Context& ctx, CheckpointReader& reader, Train
   }
   progress.update(int64_t(params.size()));
   progress.done();
+  load_fp8_weights_into_masters(load_pieces, state);
 
   const bool weights_only = flags.finetune || reader.is_release();
   if (!weights_only) out.fp8_state_loaded = load_fp8_state(ctx, reader, state);

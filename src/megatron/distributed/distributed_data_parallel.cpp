@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <tuple>
 
 #include "megatron/ops/elementwise/elementwise.h"
 
@@ -36,21 +37,26 @@ DistributedDataParallel::DistributedDataParallel(Context& ctx, const nn::Paramet
   for (const comm::Communicator* group : groups)
     MEGATRON_CHECK(group == nullptr || group->device() == ctx.device(), "DistributedDataParallel: the ",
                    group->describe(), " works on ", group->device(), " tensors but the model lives on ", ctx.device());
-  // One buffer per (expert?, dtype): the dense ones first, each kind in order of the dtypes' first appearance.
-  std::map<std::pair<bool, DType>, std::vector<nn::Parameter*>> by_kind;
-  std::vector<std::pair<bool, DType>> order;
+  // One buffer per (expert?, dtype, kept in FP8?): the dense ones first, each kind in order of first appearance.
+  using Kind = std::tuple<bool, DType, bool>;
+  std::map<Kind, std::vector<nn::Parameter*>> by_kind;
+  std::vector<Kind> order;
   for (nn::Parameter* p : params) {
     MEGATRON_CHECK(!p->placement.expert || expert_dp_ != nullptr, "DistributedDataParallel: ", p->name,
                    " is an expert parameter; its gradient reduces over the expert-data-parallel group, which was not "
                    "given");
-    const std::pair<bool, DType> kind{p->placement.expert, p->value.dtype()};
+    MEGATRON_CHECK(!p->keep_in_fp8 || (config_.use_distributed_optimizer && !config_.shard_params),
+                   "DistributedDataParallel: ", p->name, " is to be kept in FP8 (--fp8-param-gather), which needs the "
+                   "distributed optimizer (--use-distributed-optimizer) and not FSDP's sharded parameters");
+    const Kind kind{p->placement.expert, p->value.dtype(), p->keep_in_fp8};
     if (!by_kind.count(kind)) order.push_back(kind);
     by_kind[kind].push_back(p);
   }
-  std::stable_partition(order.begin(), order.end(), [](const auto& kind) { return !kind.first; });
+  std::stable_partition(order.begin(), order.end(), [](const Kind& kind) { return !std::get<0>(kind); });
   buffers_.reserve(order.size());
-  for (const auto& kind : order) {
-    comm::Communicator* group = kind.first ? expert_dp_ : &dp_;
+  for (const Kind& kind : order) {
+    const bool expert = std::get<0>(kind);
+    comm::Communicator* group = expert ? expert_dp_ : &dp_;
     std::vector<int> unit_of_param;
     if (config_.fsdp)
       for (const nn::Parameter* p : by_kind[kind]) {
@@ -63,7 +69,7 @@ DistributedDataParallel::DistributedDataParallel(Context& ctx, const nn::Paramet
                           BufferSharding{.grads = config_.shard_grads, .params = config_.shard_params}, group->rank(),
                           unit_of_param);
     groups_.push_back(group);
-    expert_.push_back(kind.first);
+    expert_.push_back(expert);
   }
   for (size_t b = 0; b < buffers_.size(); ++b) {
     for (const BufferLayout::Entry& e : buffers_[b].layout().entries)

@@ -60,11 +60,18 @@ ParamAndGradBuffer::ParamAndGradBuffer(Context& ctx, std::vector<nn::Parameter*>
                  "storage needs the distributed optimizer's sharded buckets");
   MEGATRON_CHECK(rank >= 0 && rank < dp_size, "ParamAndGradBuffer: rank ", rank, " of ", dp_size);
   param_dtype_ = params_.front()->value.dtype();
+  fp8_values_ = params_.front()->keep_in_fp8;
+  MEGATRON_CHECK(!fp8_values_ || (distributed_optimizer && !sharding.params), "ParamAndGradBuffer: ",
+                 params_.front()->name, " is kept in FP8 (--fp8-param-gather), which needs the distributed "
+                 "optimizer's buffers with whole values (not FSDP's sharded parameters)");
   std::vector<int64_t> numels;
   std::vector<bool> own_bucket;
   for (const nn::Parameter* p : params_) {
     MEGATRON_CHECK(p->value.dtype() == param_dtype_, "ParamAndGradBuffer: parameter ", p->name, " is ",
                    p->value.describe(), " but the buffer holds ", dtype_name(param_dtype_), " parameters");
+    MEGATRON_CHECK(p->keep_in_fp8 == fp8_values_, "ParamAndGradBuffer: parameter ", p->name,
+                   p->keep_in_fp8 ? " is" : " is not", " kept in FP8 but ", params_.front()->name,
+                   fp8_values_ ? " is" : " is not", "; one buffer holds one kind");
     MEGATRON_CHECK(p->main_grad.defined() && p->main_grad.numel() == p->value.numel(), "ParamAndGradBuffer: ",
                    p->name, " needs a main_grad of its size");
     numels.push_back(p->value.numel());
@@ -77,9 +84,11 @@ ParamAndGradBuffer::ParamAndGradBuffer(Context& ctx, std::vector<nn::Parameter*>
   grads_ = ctx.empty(Shape{grad_elements}, grad_dtype);
   ops::fill(ctx, grads_, 0.0);
   if (distributed_optimizer) {
-    values_ = ctx.empty(Shape{sharding_.params ? layout_.numel / dp_size_ : layout_.numel}, param_dtype_);
-    ops::fill(ctx, values_, 0.0);  // padding
+    values_ = ctx.empty(Shape{sharding_.params ? layout_.numel / dp_size_ : layout_.numel},
+                        fp8_values_ ? DType::F8E4M3 : param_dtype_);
+    ops::fill(ctx, values_, 0.0);  // padding (FP8 storage: everything, until the optimizer quantises into it)
   }
+  if (fp8_values_) initial_values_.resize(params_.size());
   for (const BufferLayout::Entry& e : layout_.entries) {
     nn::Parameter& p = *params_[e.param];
     // Moves the parameter's tensor into `storage`: all of it into its slice of the whole buffer, or with
@@ -99,7 +108,15 @@ ParamAndGradBuffer::ParamAndGradBuffer(Context& ctx, std::vector<nn::Parameter*>
       tensor = Tensor();
     };
     move_in(p.main_grad, sharding_.grads, grads_);
-    if (distributed_optimizer) move_in(p.value, sharding_.params, values_);
+    if (fp8_values_) {  // the values stay behind for the optimizer's masters; the FP8 view starts at zero
+      initial_values_[e.param] = p.value;
+      p.value = values_.slice(e.offset, e.offset + e.numel).view(dims_[e.param]);
+      p.fp8_stands_for = param_dtype_;
+      p.fp8_scale_inv = ctx.empty(Shape{1}, DType::F32);
+      ops::fill(ctx, p.fp8_scale_inv, 1.0);
+    } else if (distributed_optimizer) {
+      move_in(p.value, sharding_.params, values_);
+    }
   }
   ctx.synchronize();           // the old tensors are released now...
   ctx.allocator().empty_cache();  // ...and their cached blocks go back to the device for the optimizer
@@ -209,5 +226,16 @@ void ParamAndGradBuffer::unbind_grads(size_t b) {
 }
 
 void ParamAndGradBuffer::zero_grads(Context& ctx) { ops::fill(ctx, grads_, 0.0); }
+
+const Tensor& ParamAndGradBuffer::initial_value(size_t param) const {
+  MEGATRON_CHECK(fp8_values_ && param < initial_values_.size() && initial_values_[param].defined(),
+                 "ParamAndGradBuffer::initial_value: parameter ", param, " has no value kept from before the move "
+                 "(only FP8 storage keeps them, until release_initial_values)");
+  return initial_values_[param];
+}
+
+void ParamAndGradBuffer::release_initial_values() {
+  for (Tensor& t : initial_values_) t = Tensor();
+}
 
 }  // namespace megatron::distributed

@@ -25,6 +25,10 @@
 // order; the whole bucket exists only while it is in use, as a tensor the caller allocates and binds
 // (bind_values / bind_grads make the bucket's Parameters' value / main_grad views of it; unbind_* leaves them
 // undefined). The ranges below map a global element range inside this rank's shard to its storage either way.
+// FP8 storage (--fp8-param-gather): a buffer whose parameters are all keep_in_fp8 (nn/parameter.h) holds its
+// values as F8E4M3, which only the distributed optimizer writes (it quantises its fp32 masters into this rank's
+// shards and all-gathers them). Construction then copies no values: the parameters' tensors from before the move
+// stay here (initial_value) until the optimizer has taken its masters from them.
 // Units: with `unit_of_param` given, a bucket never spans two units (an FSDP unit: the parameters one
 // module group uses together), whatever bucket_size says.
 #pragma once
@@ -78,7 +82,7 @@ class ParamAndGradBuffer {
 
   const BufferLayout& layout() const { return layout_; }
   const std::vector<nn::Parameter*>& params() const { return params_; }
-  DType param_dtype() const { return param_dtype_; }
+  DType param_dtype() const { return param_dtype_; }  // what the parameters stand for (FP8 storage: before it)
   const BufferSharding& sharding() const { return sharding_; }
   // The whole buffers: [numel] (not with the corresponding sharded storage); values() is undefined without the
   // distributed optimizer.
@@ -107,6 +111,12 @@ class ParamAndGradBuffer {
 
   void zero_grads(Context& ctx);
 
+  // FP8 storage (see above): whether this buffer has it; parameter i's values from before the move (its own
+  // shape and dtype), until release_initial_values().
+  bool fp8_values() const { return fp8_values_; }
+  const Tensor& initial_value(size_t param) const;
+  void release_initial_values();
+
  private:
   Tensor storage_range(const Tensor& storage, bool sharded, int64_t lo, int64_t hi, const char* what) const;
 
@@ -116,6 +126,8 @@ class ParamAndGradBuffer {
   int dp_size_ = 1;
   int rank_ = 0;
   BufferSharding sharding_;
+  bool fp8_values_ = false;
+  std::vector<Tensor> initial_values_;  // FP8 storage: per parameter, until released
   BufferLayout layout_;
   Tensor grads_, values_;  // whole, or this rank's shards back to back (sharded storage)
 };

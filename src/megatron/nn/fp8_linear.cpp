@@ -30,6 +30,12 @@ const Fp8CastWeight& cast_weight(Context& ctx, const Parameter& weight, const Fp
                                  const Fp8TensorSplit& split) {
   Fp8ScalingState& state = *site.state;
   if (const Fp8CastWeight* cached = state.cast_weight(site.index)) return *cached;
+  if (weight.stored_in_fp8()) {  // --fp8-param-gather: the weight is FP8 already; only its transpose is made
+    Tensor w_t = ctx.empty({weight.value.dim(1), weight.value.dim(0)}, weight.value.dtype());
+    ops::transpose(ctx, w_t, weight.value);
+    state.set_cast_weight(site.index, {.w = weight.value, .w_t = w_t, .scale_inv = weight.fp8_scale_inv});
+    return *state.cast_weight(site.index);
+  }
   const DType dt = state.recipe().forward_dtype();
   Fp8Operand w = fp8_quantize(ctx, weight.value, dt, state, state.weight(site.index), true, true,
                               amax_groups(split, split.weight, false));

@@ -6,7 +6,8 @@
 // cuBLASLt's FP8 GEMMs take both operands K-major (ops/gemm/gemm.h), so the backward GEMMs read transposed
 // copies: the input's cast writes x^T for the weight gradient in the same pass (only x^T, one byte an element,
 // is kept for the backward instead of x), the output gradient's cast writes dy and dy^T, and the weight is
-// cast once per iteration with its transpose (Fp8ScalingState). The GEMMs dequantise with the operands'
+// cast once per iteration with its transpose (Fp8ScalingState; a weight kept in FP8, --fp8-param-gather, is
+// used as it is and only transposed, with its own fp8_scale_inv). The GEMMs dequantise with the operands'
 // scale_inv and accumulate in fp32. The bias (added by the forward GEMM's epilogue, its gradient the column
 // sums of dy; with an F32 output it enters the epilogue rounded to bf16, cuBLASLt's rule for FP8 GEMMs) and a
 // fused GELU (gelu_input_out / dx_gelu_input, as linear.h) stay in the output dtype; the GELU

@@ -16,6 +16,9 @@
 //
 // The weights' FP8 copies (W and W^T, cuBLASLt's fp8 GEMMs take K-major operands) are made by the first
 // forward of an iteration and reused by every micro-batch; end_iteration() and invalidate_weights() drop them.
+// A weight kept in FP8 (--fp8-param-gather) is quantised by the distributed optimizer instead, with this state's
+// weight scale; its delayed-scaling amax is recorded by that cast (optim/distributed_optimizer.h), so the
+// trainer ends the iteration (end_iteration) before the optimizer step.
 #pragma once
 
 #include <memory>

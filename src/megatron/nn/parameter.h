@@ -31,6 +31,19 @@ struct Parameter {
   bool no_weight_decay = false;
   Placement placement;
 
+  // --fp8-param-gather: an FP8 linear's weight, which the distributed optimizer keeps in FP8. The model marks it
+  // (keep_in_fp8) before the gradient buffers are built; those then make `value` an F8E4M3 view of their FP8
+  // buffer, `fp8_scale_inv` (F32 [1]) the factor that dequantises it (value * fp8_scale_inv ~ the weight), and
+  // `fp8_stands_for` the parameter dtype it replaces (what checkpoints save it as). The fp32 master weights the
+  // optimizer updates are the only high-precision copy (optim/distributed_optimizer.h).
+  bool keep_in_fp8 = false;
+  Tensor fp8_scale_inv;
+  DType fp8_stands_for = DType::F32;
+
+  // The dtype the parameter stands for: value's, or for a weight kept in FP8 the parameter dtype it replaces.
+  bool stored_in_fp8() const { return value.defined() && is_fp8(value.dtype()); }
+  DType dtype() const { return stored_in_fp8() ? fp8_stands_for : value.dtype(); }
+
   // Whether the module has this (optional) parameter at all -- not whether its value is bound: under FSDP's
   // sharded parameters (distributed/distributed_data_parallel.h) the value exists only while its module group
   // runs. make_parameter names every parameter it makes.

@@ -20,9 +20,21 @@
 // gathers complete inside step(): overlap is accepted and changes nothing.
 // FSDP's sharded storage (distributed_data_parallel.h): the shards read and written are where the buffers keep
 // them; with sharded values step() gathers nothing (each bucket is gathered where it is used).
+//
+// Weights kept in FP8 (--fp8-param-gather, param_and_grad_buffer.h's FP8 storage), as Megatron with Transformer
+// Engine's FP8 parameters: their fp32 masters, taken from the values before the move, are the only
+// high-precision copy and AdamW updates them like fp32 parameters; after every update (and at construction, and
+// after a checkpoint load: requantize_fp8_params) each rank quantises its shards of them straight into the FP8
+// buffer with the weight's scale and the FP8 bytes are all-gathered: half the bf16 traffic, and no bf16 weight
+// anywhere. The scale follows the recipe (Fp8ParamScaling): delayed scaling casts with the weight's current
+// scale and max-accumulates its shard's amax into the history slot (the trainer's per-iteration reduction over
+// TP x DP x CP completes it, as the forward's cast of a bf16 weight would have); current scaling reduces the
+// shards' amaxes (max) over the buffer's data-parallel group and the TP group first, so every rank casts with
+// the whole tensor's scale. Each parameter's fp8_scale_inv is set to what dequantises its new values.
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "megatron/optim/adamw.h"
@@ -31,10 +43,25 @@
 
 namespace megatron::optim {
 
+// How the masters of one weight kept in FP8 become its values (see above); the trainer builds one per such
+// weight from its linear's scaling state (nn/fp8_scaling_state.h).
+struct Fp8ParamScaling {
+  const nn::Parameter* param = nullptr;
+  // Delayed scaling: the scale to cast with, its inverse, and the amax history slot (F32 [1] views of the
+  // state). All undefined with current scaling.
+  Tensor scale, scale_inv, amax;
+  // Current scaling: the TP group the weight is split over (null or size 1: none), the format's largest value
+  // and the margin (scale = fp8_max / amax / 2^margin), the same for every weight.
+  comm::Communicator* split_group = nullptr;
+  float fp8_max = 448.0f;
+  float margin = 0.0f;
+};
+
 class DistributedOptimizer {
  public:
+  // fp8_params: one entry per parameter of ddp kept in FP8 (none without --fp8-param-gather).
   DistributedOptimizer(Context& ctx, distributed::DistributedDataParallel& ddp, const AdamWOptions& options = {},
-                       bool overlap_param_gather = false);
+                       bool overlap_param_gather = false, std::vector<Fp8ParamScaling> fp8_params = {});
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
@@ -50,6 +77,9 @@ class DistributedOptimizer {
   void step(Context& ctx, double lr, double weight_decay, float grad_scale = 1.0f, Timers* timers = nullptr);
   void wait_for_params(Context& ctx, const nn::ParameterList& params);
   void finish_param_gather(Context& ctx);
+  // The weights kept in FP8 quantised again from their masters and gathered (after a checkpoint load has
+  // replaced the masters or the scaling state).
+  void requantize_fp8_params(Context& ctx);
 
   const AdamW& adamw() const { return *adamw_; }
   AdamW& adamw() { return *adamw_; }
@@ -66,7 +96,10 @@ class DistributedOptimizer {
   int64_t shard_elements() const { return shard_elements_; }
 
  private:
-  void gather(Context& ctx);
+  // The all-gathers of every bucket's values (only_fp8: of the FP8 buffers' only).
+  void gather(Context& ctx, bool only_fp8 = false);
+  // This rank's shards of the weights kept in FP8, quantised from their masters (see above).
+  void quantize_fp8_shards(Context& ctx);
 
   distributed::DistributedDataParallel& ddp_;
   std::unique_ptr<AdamW> adamw_;
@@ -74,6 +107,15 @@ class DistributedOptimizer {
   std::vector<ParamRange> param_ranges_;  // parallel to adamw_'s entries
   std::vector<std::pair<const nn::Parameter*, Tensor>> param_grad_shards_;
   int64_t shard_elements_ = 0;
+  // Weights kept in FP8: their scaling, and this rank's shards of them (the master AdamW updates, the FP8 range
+  // of the buffer it is quantised into, which entry of fp8_params_ scales it).
+  std::vector<Fp8ParamScaling> fp8_params_;
+  struct Fp8Shard {
+    size_t scaling = 0;
+    Tensor master, values;
+  };
+  std::vector<Fp8Shard> fp8_shards_;
+  comm::Communicator* fp8_group_ = nullptr;  // the data-parallel group of their buffer
   bool overlap_ = false;
   std::vector<std::vector<bool>> pending_;  // per buffer, per bucket: gathered but not yet waited for
   struct Streams;                           // CUDA: the gather stream and one event per bucket

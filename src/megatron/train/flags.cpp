@@ -209,10 +209,9 @@ std::vector<FlagSpec> fp8_flags() {
       flag("--fp8-amax-history-len", &A::fp8, &F8::fp8_amax_history_len, "delayed scaling: amaxes kept per tensor"),
       flag("--fp8-amax-compute-algo", &A::fp8, &F8::fp8_amax_compute_algo,
            "delayed scaling: the history's newest amax or its maximum", {"most_recent", "max"}),
-      refused_by_validation(flag("--fp8-param-gather", &A::fp8, &F8::fp8_param_gather,
-                                 "keep the compute weights in FP8 and all-gather them in FP8 (distributed optimizer)"),
-                            "not implemented yet: the FP8 weights are cast once per iteration from the bf16 parameters, "
-                            "which the distributed optimizer all-gathers in bf16; drop the flag"),
+      flag("--fp8-param-gather", &A::fp8, &F8::fp8_param_gather,
+           "keep the FP8 linears' weights in FP8 (fp32 masters in the distributed optimizer) and all-gather them in "
+           "FP8; needs --use-distributed-optimizer"),
       refused_by_validation(flag("--no-fp8-wgrad", &A::fp8, &F8::no_fp8_wgrad,
                                  "Megatron: the weight-gradient GEMM in higher precision"),
                             "not supported: the weight-gradient GEMM always runs in FP8 here"),

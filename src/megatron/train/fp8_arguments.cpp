@@ -23,9 +23,6 @@ void refused_recipes(const Fp8Arguments& f, std::vector<std::string>& v) {
     v.push_back("--fp4-format " + f.fp4_format + " (recipe " + f.fp4_recipe +
                 ") needs Blackwell (FP4 tensor cores); these GPUs are Hopper (ops/microscaling emulates the E2M1 "
                 "quantisation on the CPU)");
-  if (f.fp8_param_gather)
-    v.push_back("--fp8-param-gather is not implemented yet: the FP8 weights are cast once per iteration from the "
-                "bf16 parameters, which the distributed optimizer all-gathers in bf16; drop the flag");
   if (f.no_fp8_wgrad)
     v.push_back("--no-fp8-wgrad is not supported: the weight-gradient GEMM always runs in FP8 here");
 }
@@ -48,6 +45,14 @@ std::vector<std::string> fp8_violations(const Arguments& a) {
   need(f.fp8_margin >= 0, "--fp8-margin ", f.fp8_margin, " must be >= 0");
   need(f.fp8_amax_history_len >= 1, "--fp8-amax-history-len ", f.fp8_amax_history_len, " must be >= 1");
   need(!a.training.fp16, "--fp8-format with --fp16: FP8 here trains on bf16 (or, on the CPU, fp32) parameters; use --bf16");
+  if (f.fp8_param_gather) {
+    // The distributed optimizer keeps the FP8 weights' only high-precision copy and quantises into them.
+    need(a.parallel.use_distributed_optimizer && !a.parallel.use_megatron_fsdp,
+         "--fp8-param-gather needs --use-distributed-optimizer (without --use-megatron-fsdp): the distributed "
+         "optimizer quantises its fp32 master weights into the FP8 weights and all-gathers those");
+    need(!a.training.optimizer_cpu_offload, "--fp8-param-gather with --optimizer-cpu-offload: the FP8 weights are "
+                                            "quantised on the GPU from masters kept there; drop one of the two");
+  }
   if (f.first_last_layers_bf16) {
     need(f.fp8_recipe != "delayed", "--first-last-layers-bf16 does not work with --fp8-recipe delayed (Megatron's "
                                     "rule: delayed scaling does not support first / last layers in bf16)");

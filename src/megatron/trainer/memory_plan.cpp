@@ -282,6 +282,13 @@ MemoryPlan plan_memory(const train::Arguments& a) {
     r.optimizer = m.optimizer;
     r.optimizer_host = m.optimizer_host;
     r.fp8_weights = 2 * fp8_params;  // W and its transpose in FP8, cast once per iteration
+    if (a.fp8.fp8_param_gather) {
+      // The FP8 linears' weights are kept in FP8 (1 byte, not e; fp32 masters in the distributed optimizer,
+      // separate ones even for fp32 parameters); per iteration only their transposes are made.
+      r.weights -= x.bytes((x.e - 1) * fp8_params);
+      if (x.e == 4) r.optimizer += x.bytes(4 * fp8_params / dp_cp);
+      r.fp8_weights = fp8_params;
+    }
     r.model_state = r.weights + r.main_grads + r.optimizer;
     const int microbatches = a.num_micro_batches();
     simulate(r, chunks, pipeline::schedule_for({.size = P, .rank = rank, .virtual_size = V}, microbatches, group),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "megatron/distributed/finalize_model_grads.h"
 #include "megatron/ops/elementwise/elementwise.h"
@@ -13,6 +14,18 @@ namespace {
 std::vector<optim::AdamWParam> adamw_params(const nn::ParameterList& params) {
   std::vector<optim::AdamWParam> out;
   for (nn::Parameter* p : params) out.push_back({p->value, p->main_grad, p->no_weight_decay});
+  return out;
+}
+
+// A parameter's values as the model computes with them: a weight kept in FP8 dequantised into F32 (value times
+// its fp8_scale_inv, read back to the host: statistics only).
+Tensor dequantized(Context& ctx, const nn::Parameter& p) {
+  if (!p.stored_in_fp8()) return p.value;
+  float scale_inv = 1.0f;
+  copy_tensor(ctx, Tensor::from_blob(&scale_inv, {1}, DType::F32, Device::cpu()), p.fp8_scale_inv);
+  Tensor out = ctx.empty(p.value.shape(), DType::F32);
+  ops::cast(ctx, out, p.value);
+  ops::scale(ctx, out, out, double(scale_inv));
   return out;
 }
 
@@ -82,6 +95,7 @@ void Trainer::setup() {
                                           .fsdp = fsdp,
                                           .shard_grads = args_.fsdp_shards_grads(),
                                           .shard_params = args_.fsdp_shards_params()};
+  mark_fp8_params();  // before the buffers: they give the weights kept in FP8 their storage
   std::vector<nn::ParameterList> units;
   if (fsdp)
     for (nn::GPTModel* chunk : chunks_)
@@ -99,7 +113,8 @@ void Trainer::setup() {
   ctx_.synchronize();
   const size_t allocated_before = ctx_.allocator().stats().allocated_bytes;
   if (p.use_distributed_optimizer)
-    dist_optimizer_ = std::make_unique<optim::DistributedOptimizer>(ctx_, *ddp_, adam, p.overlap_param_gather);
+    dist_optimizer_ =
+        std::make_unique<optim::DistributedOptimizer>(ctx_, *ddp_, adam, p.overlap_param_gather, fp8_param_scalings());
   else
     optimizer_ = std::make_unique<optim::AdamW>(ctx_, adamw_params(parameters()), adam);
   ctx_.synchronize();
@@ -118,6 +133,51 @@ void Trainer::setup() {
                      .eod_mask_loss = args_.data.eod_mask_loss};
   per_token_loss_ = t.calculate_per_token_loss;
   token_weighted_ = per_token_loss_ || document_flags_.eod_mask_loss || sft;
+}
+
+void Trainer::mark_fp8_params() {
+  if (!args_.fp8.fp8_param_gather) return;
+  MEGATRON_CHECK(args_.parallel.use_distributed_optimizer, "--fp8-param-gather needs --use-distributed-optimizer: "
+                 "the distributed optimizer is what quantises the FP8 weights and gathers them");
+  for (nn::GPTModel* chunk : chunks_)
+    for (const auto& [linear, weight] : fp8_weights(*chunk)) weight->keep_in_fp8 = true;
+}
+
+std::vector<std::pair<int, nn::Parameter*>> Trainer::fp8_weights(nn::GPTModel& chunk) {
+  std::vector<std::pair<int, nn::Parameter*>> out;
+  const std::shared_ptr<nn::Fp8ScalingState>& state = chunk.fp8_state();
+  if (!state) return out;
+  std::unordered_map<std::string, nn::Parameter*> by_name;
+  for (nn::Parameter* p : chunk.parameters()) by_name.emplace(p->name, p);
+  for (int i = 0; i < state->size(); ++i) {
+    auto it = by_name.find(state->name(i) + ".weight");
+    MEGATRON_CHECK(it != by_name.end(), "Trainer: the FP8 linear ", state->name(i), " has no weight parameter ",
+                   state->name(i), ".weight");
+    out.emplace_back(i, it->second);
+  }
+  return out;
+}
+
+std::vector<optim::Fp8ParamScaling> Trainer::fp8_param_scalings() {
+  std::vector<optim::Fp8ParamScaling> out;
+  if (!args_.fp8.fp8_param_gather) return out;
+  for (nn::GPTModel* chunk : chunks_) {
+    for (const auto& [linear, weight] : fp8_weights(*chunk)) {
+      const nn::Fp8ScalingState& state = *chunk->fp8_state();
+      optim::Fp8ParamScaling s{.param = weight,
+                               .split_group = parallel_->tp().comm.get(),
+                               .fp8_max = nn::fp8_max(state.recipe().forward_dtype()),
+                               .margin = float(state.recipe().margin)};
+      if (state.recipe().scaling == nn::Fp8Scaling::Delayed) {
+        const nn::Fp8TensorScaling slot = state.weight(linear);
+        s.scale = slot.scale;
+        s.scale_inv = slot.scale_inv;
+        s.amax = slot.amax;
+      }
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
 }
 
 nn::ParameterList Trainer::parameters() const {
@@ -375,6 +435,12 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   r.learning_rate = scheduler_.lr();
   r.grad_norm = prepared.grad_norm;
   r.skipped = prepared.skip_update;
+  // FP8: the iteration's amaxes become the next scales (delayed scaling; reduced over the stage's TP x DP x CP
+  // ranks, Transformer Engine's amax group), and the weights' FP8 copies are dropped, to be recast from the
+  // updated weights. Before the update: with --fp8-param-gather the optimizer quantises the updated weights
+  // with the new scales and records their amaxes for the next iteration.
+  for (nn::GPTModel* chunk : chunks_)
+    if (chunk->fp8_state()) chunk->fp8_state()->end_iteration(ctx_, parallel_->tp_dp_cp().comm.get());
   if (!r.skipped) {
     const float clip = float(prepared.grad_scale);
     if (dist_optimizer_) {
@@ -385,10 +451,6 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
     }
     scheduler_.step(r.global_batch_size);  // Megatron counts the schedule in samples
   }
-  // FP8: the iteration's amaxes become the next scales (delayed scaling; reduced over the stage's TP x DP x CP
-  // ranks, Transformer Engine's amax group), and the weights' FP8 copies are recast from the updated weights.
-  for (nn::GPTModel* chunk : chunks_)
-    if (chunk->fp8_state()) chunk->fp8_state()->end_iteration(ctx_, parallel_->tp_dp_cp().comm.get());
   return r;
 }
 
@@ -457,6 +519,8 @@ void Trainer::acquire_params_for_checkpoint() {
 void Trainer::release_params_after_checkpoint(bool loaded) {
   if (loaded) ddp_->store_params(ctx_);
   ddp_->release_all_params(ctx_);
+  // Weights kept in FP8 are loaded into their masters (and scales into the state): quantise them again.
+  if (loaded && dist_optimizer_) dist_optimizer_->requantize_fp8_params(ctx_);
 }
 
 double Trainer::evaluate(SampleStream& data) {
@@ -549,7 +613,7 @@ double Trainer::params_norm() {
   acquire_params_for_checkpoint();  // every parameter whole on this rank (FSDP gathers them)
   std::vector<Tensor> dense, expert;
   for (nn::Parameter* p : parameters())
-    if (!p->placement.duplicate()) (p->placement.expert ? expert : dense).push_back(p->value);
+    if (!p->placement.duplicate()) (p->placement.expert ? expert : dense).push_back(dequantized(ctx_, *p));
   // The values are the same on every data-parallel rank: the norm sums over the model-parallel ranks only.
   optim::GradStatsGroups groups;
   groups.norm_groups.push_back(parallel_->model_parallel().comm.get());

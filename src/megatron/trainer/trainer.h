@@ -144,6 +144,11 @@ class Trainer {
  private:
   // Builds the data-parallel buffers and the optimizer (both constructors).
   void setup();
+  // --fp8-param-gather: each chunk's FP8 linears' weights (with their index in its scaling state), marked to be
+  // kept in FP8, and how the distributed optimizer quantises them (their scaling state's weight slots).
+  static std::vector<std::pair<int, nn::Parameter*>> fp8_weights(nn::GPTModel& chunk);
+  void mark_fp8_params();
+  std::vector<optim::Fp8ParamScaling> fp8_param_scalings();
   // This rank's next micro-batch, made on the host (tokens, labels, masks and positions; micro_batch.h).
   HostMicroBatch prepare_micro_batch(SampleStream& data);
   // Each micro-batch's loss (the last stage's device scalars; empty elsewhere) and the tokens its loss mask
