@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # On nvidia-h200-x2, after build-gpu/tools/pretrain_gpt exists (scripts/gpu/run.sh, or fp8_bench.sh build): FP8
 # training over both GPUs next to bf16 in the same call (logs in $OUT/fp8x2_*.log, a table last).
+#   check     one GPU, the Llama-style 0.89B on mock data (seq 2048, mbs 4, GBS 16, 10 iterations, FP8 delayed with
+#             the distributed optimizer) with and without --fp8-param-gather: the losses side by side (bf16
+#             parameters: the weights are rounded once from the masters instead of twice, so close, not equal)
 #   8b-dp     Llama-3-8B shape (32 layers, h 4096, GQA 32/8, ffn 14336, vocab 128256, seq 4096, mbs 1, GBS 32),
 #             DP=2 with the distributed optimizer (both overlap flags): bf16, FP8 delayed and FP8 tensorwise with
 #             --fp8-param-gather, and FP8 delayed without it; each run's peak next to the planner's (--dry-run)
@@ -9,9 +12,13 @@
 #             mbs 4, GBS 16, CONVERGE_ITERS iterations, one seed and data order) at DP=2 (FP8 with
 #             --fp8-param-gather) and at TP=2 + SP: bf16, FP8 delayed, FP8 tensorwise; the mean lm loss of the
 #             last 50 iterations of each, and each FP8 run's against its layout's bf16
+#   converge-noise  after converge (its DP logs in $OUT): DP=2 FP8 delayed without --fp8-param-gather, and a bf16
+#             and an FP8 delayed run at another seed, to see how far runs land apart
+#   converge-dp  the DP=2 bf16 and FP8 delayed runs (with and without --fp8-param-gather) alone, named after
+#             CONVERGE_ITERS (CONVERGE_ITERS=500: the length of the single-GPU FP8 convergence runs)
 # All FP8 runs use --fp8-format hybrid (E4M3 forward, E5M2 gradients). TFLOP/s is Megatron's formula (the bf16
 # FLOPs of the model: FP8 runs are not credited twice), MFU against 989 TFLOP/s.
-#   scripts/gpu/fp8x2_bench.sh [8b-dp|8b-tp|converge]...   (ITERS_8B=6, CONVERGE_ITERS=300, RUN_TIMEOUT=s per run)
+#   scripts/gpu/fp8x2_bench.sh [check|8b-dp|8b-tp|converge|converge-noise|converge-dp]...   (ITERS_8B=6, CONVERGE_ITERS=300, RUN_TIMEOUT=s per run)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/two_gpus.sh  # OUT, the environment, MPI
@@ -24,15 +31,15 @@ L8B=(--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-a
      --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --lr-warmup-iters 2 --hidden-dropout 0
      --attention-dropout 0 --eval-iters 0 --device cuda --log-interval 1 --train-iters "${ITERS_8B:-6}")
 CONVERGE_ITERS=${CONVERGE_ITERS:-300}
-CONVERGE=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
-          --ffn-hidden-size 5632 --seq-length 2048 --max-position-embeddings 2048 --position-embedding-type rope
-          --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear
-          --micro-batch-size 4 --global-batch-size 16 --train-iters "$CONVERGE_ITERS" --lr 3e-4 --min-lr 3e-5
-          --lr-decay-style cosine --lr-warmup-iters 50 --weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --bf16
-          --hidden-dropout 0 --attention-dropout 0 --seed 1234 --log-interval 1 --eval-interval 100000
-          --eval-iters 0 --data-path .deps/docs/docs_text_document --split 98,1,1
+L089=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
+      --ffn-hidden-size 5632 --seq-length 2048 --max-position-embeddings 2048 --position-embedding-type rope
+      --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear
+      --micro-batch-size 4 --global-batch-size 16 --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine
+      --lr-warmup-iters 50 --weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --hidden-dropout 0
+      --attention-dropout 0 --seed 1234 --log-interval 1 --eval-interval 100000 --eval-iters 0 --device cuda)
+CONVERGE=("${L089[@]}" --train-iters "$CONVERGE_ITERS" --data-path .deps/docs/docs_text_document --split 98,1,1
           --data-cache-path "$OUT/data-cache" --tokenizer-type GPT2BPETokenizer --vocab-file .deps/docs/vocab.json
-          --merge-file .deps/docs/merges.txt --device cuda)
+          --merge-file .deps/docs/merges.txt)
 DP=(--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather)
 TP=(--tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer)
 DELAYED=(--fp8-format hybrid --fp8-recipe delayed)
@@ -63,8 +70,23 @@ converged() {  # converged <bf16 run> <fp8 run>: last-50 means and the relative 
     'BEGIN {if (a && b) printf "%s %.5f vs %s %.5f: %+.2f%%\n", n2, b, n1, a, 100 * (b - a) / a; else print n2 ": no losses"}'
 }
 
+one_gpu() {  # one_gpu <name> <pretrain_gpt flags...>: a run on the first GPU
+  local name=$1
+  shift
+  echo "== $name: $*" >"$OUT/fp8x2_$name.log"
+  CUDA_VISIBLE_DEVICES=0 timeout -k 10 "$RUN_TIMEOUT" "$BIN" "$@" >>"$OUT/fp8x2_$name.log" 2>&1
+  echo "$name: rc $?"
+  grep -iE "error|out of memory" "$OUT/fp8x2_$name.log" | head -4
+}
+
 for stage in "$@"; do
   case $stage in
+    check)
+      small=("${L089[@]}" --train-iters 10 --lr-warmup-iters 2 --mock-data --vocab-size 32000 --use-distributed-optimizer "${DELAYED[@]}")
+      one_gpu check_fp8 "${small[@]}"
+      one_gpu check_fp8_gather "${small[@]}" --fp8-param-gather
+      scripts/gpu/compare_losses.py "$OUT/fp8x2_check_fp8.log" "$OUT/fp8x2_check_fp8_gather.log" \
+        "one GPU, --fp8-param-gather vs without" | tee "$OUT/fp8x2_check.txt" ;;
     8b-dp)
       run 8b_dp_bf16 "${L8B[@]}" "${DP[@]}"
       run 8b_dp_fp8_delayed "${L8B[@]}" "${DP[@]}" "${DELAYED[@]}" --fp8-param-gather
@@ -87,7 +109,28 @@ for stage in "$@"; do
           for r in delayed tensorwise; do converged "conv_${l}_bf16" "conv_${l}_fp8_$r"; done
         done
       } | tee "$OUT/fp8x2_converge.txt" ;;
-    *) echo "unknown stage $stage (8b-dp, 8b-tp, converge)" >&2 ;;
+    converge-noise)
+      # How far two bf16-equivalent runs land apart: DP=2 FP8 delayed without --fp8-param-gather (same seed),
+      # and bf16 against FP8 delayed with it at another seed.
+      run conv_dp_fp8_delayed_nogather "${CONVERGE[@]}" "${DP[@]}" "${DELAYED[@]}"
+      run conv_dp_bf16_seed4321 "${CONVERGE[@]}" "${DP[@]}" --seed 4321
+      run conv_dp_fp8_delayed_seed4321 "${CONVERGE[@]}" "${DP[@]}" "${DELAYED[@]}" --fp8-param-gather --seed 4321
+      {
+        converged conv_dp_bf16 conv_dp_fp8_delayed_nogather
+        converged conv_dp_fp8_delayed conv_dp_fp8_delayed_nogather
+        converged conv_dp_bf16_seed4321 conv_dp_fp8_delayed_seed4321
+      } | tee -a "$OUT/fp8x2_converge.txt" ;;
+    converge-dp)
+      # The DP=2 runs alone at CONVERGE_ITERS (named after it): bf16, FP8 delayed with and without the gather.
+      n=conv${CONVERGE_ITERS}_dp
+      run ${n}_bf16 "${CONVERGE[@]}" "${DP[@]}"
+      run ${n}_fp8_delayed "${CONVERGE[@]}" "${DP[@]}" "${DELAYED[@]}" --fp8-param-gather
+      run ${n}_fp8_delayed_nogather "${CONVERGE[@]}" "${DP[@]}" "${DELAYED[@]}"
+      {
+        converged ${n}_bf16 ${n}_fp8_delayed
+        converged ${n}_bf16 ${n}_fp8_delayed_nogather
+      } | tee -a "$OUT/fp8x2_converge.txt" ;;
+    *) echo "unknown stage $stage (check, 8b-dp, 8b-tp, converge, converge-noise, converge-dp)" >&2 ;;
   esac
 done
 
@@ -106,5 +149,5 @@ for f in "$OUT"/fp8x2_*.log; do
   mfu=$(awk -v t="$tfl" 'BEGIN {if (t) printf "%.1f%%", 100 * t / 989}')
   printf "%-30s %10s %12s %8s %10s %10s\n" "$name" "${tfl:--}" "${tok:--}" "${mfu:--}" "${peak:--}" "${plan:--}"
 done
-[ -f "$OUT/fp8x2_converge.txt" ] && cat "$OUT/fp8x2_converge.txt"
+cat "$OUT"/fp8x2_check.txt "$OUT"/fp8x2_converge.txt 2>/dev/null
 exit 0
