@@ -4,8 +4,9 @@
 # everything is there already.
 #
 #   scripts/deps.sh           # to build, train and run the quickstart
-#   scripts/deps.sh --tests   # also what only tests use: torchrun (Debian's python3-torch) and the tensorboard
-#                             # package (its EventAccumulator reads the event files back), for scripts/test.sh
+#   scripts/deps.sh --tests   # also what only tests use: torchrun (Debian's python3-torch), the tensorboard
+#                             # package (its EventAccumulator reads the event files back) and ccache, for
+#                             # scripts/test.sh
 #   scripts/deps.sh --tests --sanitizers   # and clang-19 with its runtime libraries (libFuzzer, ASan, UBSan)
 #                             # for scripts/robustness.sh
 set -euo pipefail
@@ -21,6 +22,8 @@ done
 APT_PACKAGES=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev
               libcli11-dev libpcre2-dev libicu-dev libopenmpi-dev openmpi-bin libsentencepiece-dev libyaml-cpp-dev
               libprotobuf-dev protobuf-compiler python3-pip)
+# scripts/test.sh compiles through ccache (each build of a fresh clone reuses the previous builds' objects).
+[ "$WITH_TESTS" = 1 ] && APT_PACKAGES+=(ccache)
 # The sanitizer and fuzzing configuration (scripts/robustness.sh) needs clang >= 15 with its runtime libraries
 # (libFuzzer, ASan, UBSan): clang-19 from the distribution's packages.
 [ "$WITH_SANITIZERS" = 1 ] && APT_PACKAGES+=(clang-19 libclang-rt-19-dev)

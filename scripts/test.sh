@@ -22,12 +22,20 @@ BUILD_DIR=${BUILD_DIR:-build}
 GENERATOR=()
 command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
 export PATH="$PATH:/usr/local/cuda/bin"
+# Compile through ccache when it is there (scripts/deps.sh --tests installs it): a fresh clone's build reuses
+# the objects of earlier builds, its paths hashed relative to the repository so that any clone location hits.
+LAUNCHER=()
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+            -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 
 configure_build_test() {  # dir, ctest labels to leave out, extra cmake args...
   local dir=$1 skip=$2
   shift 2
   echo "== configure $dir $*"
-  cmake -S . -B "$dir" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >"$dir.configure.log" 2>&1 ||
+  cmake -S . -B "$dir" "${GENERATOR[@]}" "${LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >"$dir.configure.log" 2>&1 ||
     { cat "$dir.configure.log"; exit 1; }
   grep -E "megatron.cpp:" "$dir.configure.log" || true
   echo "== build $dir"

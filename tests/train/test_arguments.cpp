@@ -408,9 +408,17 @@ TEST(Validate, Fp8FlagsResolveAndEveryFp8RuleIsReported) {
                {"does not work with --fp8-recipe delayed", "--num-layers-at-start-in-bf16 13 must be between 0 and"});
   expect_error([] { Arguments c = fp8_args({"--fp8-recipe", "blockwise", "--fp8-format", "e4m3", "--fp8-param-gather"});
                     resolve_and_validate(c); },
-               {"--fp8-recipe blockwise", "--fp8-param-gather is not implemented yet"});
+               {"--fp8-recipe blockwise", "--fp8-param-gather needs --use-distributed-optimizer"});
   expect_error([] { Arguments c = fp8_args({"--fp8-param-gather"}); resolve_and_validate(c); },
-               {"--fp8-param-gather", "not implemented yet"});
+               {"--fp8-param-gather needs --fp8-format"});
+  expect_error([] { Arguments c = fp8_args({"--fp8-format", "hybrid", "--fp8-param-gather", "--use-megatron-fsdp",
+                                            "--use-distributed-optimizer", "--optimizer-cpu-offload"});
+                    resolve_and_validate(c); },
+               {"--fp8-param-gather needs --use-distributed-optimizer (without --use-megatron-fsdp)",
+                "--fp8-param-gather with --optimizer-cpu-offload"});
+  Arguments gathered = fp8_args({"--fp8-format", "hybrid", "--fp8-param-gather", "--use-distributed-optimizer"});
+  resolve_and_validate(gathered);
+  EXPECT_TRUE(gathered.fp8.fp8_param_gather);
 }
 
 // Recomputation: Megatron's flags become the model's plan (units of layers for full, modules for selective);
