@@ -23,7 +23,10 @@ SANITIZE_TESTS=${SANITIZE_TESTS:-'^test_(data_|checkpoint_(checkpoint_io|safeten
 GENERATOR=()
 command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
 LAUNCHER=()
-command -v ccache >/dev/null 2>&1 && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+if command -v ccache >/dev/null 2>&1; then  # paths hashed relative to the clone, as scripts/test.sh does
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
 
 step_start=$SECONDS
 step() {  # name
