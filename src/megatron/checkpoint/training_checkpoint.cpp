@@ -567,13 +567,18 @@ SaveReport save_training_checkpoint(Context& ctx, const fs::path& root, const Tr
                                     comm::Communicator* world) {
   const bool save_optim = !flags.no_save_optim;
   std::vector<SaveItem> items = training_save_items(state, save_optim);
+  bool converted = false;  // items that are temporaries made here (see the asynchronous save below)
   for (SaveItem& item : items)
     if (item.data.dtype() != item.spec.dtype) {  // a weight kept in FP8: its master, rounded to the saved dtype
-      Tensor converted = ctx.empty(item.data.shape(), item.spec.dtype);
-      ops::cast(ctx, converted, item.data);
-      item.data = std::move(converted);
+      Tensor rounded = ctx.empty(item.data.shape(), item.spec.dtype);
+      ops::cast(ctx, rounded, item.data);
+      item.data = std::move(rounded);
+      converted = true;
     }
-  for (SaveItem& item : fp8_save_items(ctx, state)) items.push_back(std::move(item));
+  for (SaveItem& item : fp8_save_items(ctx, state)) {  // packed copies of the scaling state: temporaries too
+    items.push_back(std::move(item));
+    converted = true;
+  }
   nlohmann::json json = training_state_json(state, save_optim, !flags.no_save_rng);
   SaveOptions options{.keep_last = flags.keep_last, .hooks = hooks};
   SaveReport report;
@@ -581,6 +586,9 @@ SaveReport save_training_checkpoint(Context& ctx, const fs::path& root, const Tr
     if (item.spec.replica_id == 0) report.bytes += item.data.nbytes();
   if (async != nullptr) {
     report.async = async->submit(ctx, root, state.iteration, items, std::move(json), std::move(options));
+    // The rounded and packed copies above are freed when this returns, while the snapshot's copies may still read
+    // them on their own stream: ctx's stream waits for those copies before it can reuse that memory.
+    if (converted) async->order_before_update(ctx);
     // The optimizer's next step is the first work that modifies what the copies read.
     if (state.optimizer != nullptr)
       state.optimizer->before_next_update([async](Context& c) { async->order_before_update(c); });
