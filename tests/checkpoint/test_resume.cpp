@@ -293,6 +293,37 @@ TEST(Resume, Fp8AndPlainCheckpointsLoadIntoEachOther) {
   }
 }
 
+// The training state's integers come from a file: a float where an integer belongs (nlohmann would cast it, which
+// is undefined behaviour out of range) is refused with the file and the field.
+TEST(Resume, StateIntegersThatAreNotIntegersAreRefused) {
+  std::vector<std::string> f = base_flags(4);
+  f.insert(f.end(), {"--mock-data", "--vocab-size", "4096"});
+  const train::Arguments args = make_args(f);
+  fs::path root = testing::make_temp_dir("resume_state_integers");
+  TrainingRun saved(args, DType::F32, 11);
+  saved.steps(1);
+  save_training_checkpoint(*saved.ctx, root, saved.state(), {}, nullptr);
+  const fs::path meta = preview_checkpoint(root).directory / "metadata.json";
+  std::ifstream in(meta);
+  const std::string good(std::istreambuf_iterator<char>(in), {});
+  in.close();
+  for (const std::string field : {"consumed_train_samples", "num_steps"}) {
+    SCOPED_TRACE(field);
+    const std::string from = "\"" + field + "\": ";
+    const size_t at = good.find(from);
+    ASSERT_NE(at, std::string::npos);
+    std::string bad = good;
+    bad.replace(at + from.size(), good.find_first_of(",\n}", at) - at - from.size(), "1e300");
+    std::ofstream(meta, std::ios::trunc) << bad;
+    TrainingRun loaded(args, DType::F32, 11);
+    testing::expect_error([&] { loaded.load(root, {}); }, {meta.string(), field + " must be an integer", "1e+300"});
+  }
+  std::ofstream(meta, std::ios::trunc) << good;
+  TrainingRun loaded(args, DType::F32, 11);
+  loaded.load(root, {});
+  EXPECT_EQ(loaded.iteration, 1);
+}
+
 TEST(Resume, FinetuneNoLoadOptimAndArchitectureMismatch) {
   fs::path dir = testing::make_temp_dir("resume_flags_data");
   std::vector<std::string> f = base_flags(8);

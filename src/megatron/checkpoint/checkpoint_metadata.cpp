@@ -3,10 +3,10 @@
 #include <charconv>
 #include <cstdio>
 #include <fstream>
-#include <limits>
 
 #include "megatron/core/error.h"
 #include "megatron/core/quoted_bytes.h"
+#include "megatron/checkpoint/json_integer.h"
 
 namespace megatron::checkpoint {
 
@@ -31,28 +31,6 @@ nlohmann::json piece_json(const SavedPiece& p) {
   return q;
 }
 
-// An integer field of the (untrusted) metadata. nlohmann converts a JSON float to an integer type with a plain
-// cast, which is undefined behaviour out of the type's range (1e300 as uint64_t), so only JSON integers within
-// T's range are taken; anything else is an error naming the field and the value.
-template <class T>
-T integer_field(const nlohmann::json& v, const std::string& field) {
-  using Limits = std::numeric_limits<T>;
-  bool ok = false;
-  if (v.is_number_unsigned()) ok = v.get<uint64_t>() <= uint64_t(Limits::max());
-  else if (v.is_number_integer()) ok = v.get<int64_t>() >= int64_t(Limits::min()) &&
-                                       (v.get<int64_t>() < 0 || uint64_t(v.get<int64_t>()) <= uint64_t(Limits::max()));
-  MEGATRON_CHECK(ok, field, " must be an integer in [", Limits::min(), ", ", Limits::max(), "], got ",
-                 quoted_bytes(v.dump()));
-  return v.is_number_unsigned() ? T(v.get<uint64_t>()) : T(v.get<int64_t>());
-}
-
-std::vector<int64_t> integer_list(const nlohmann::json& v, const std::string& field) {
-  MEGATRON_CHECK(v.is_array(), field, " must be a list of integers, got a ", v.type_name());
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < v.size(); ++i) out.push_back(integer_field<int64_t>(v[i], str_cat(field, "[", i, "]")));
-  return out;
-}
-
 // "0x1a2b3c4d" (as piece_json writes it).
 uint32_t parse_crc32c(const std::string& text, const std::string& key, const std::string& where) {
   uint32_t value = 0;
@@ -73,20 +51,20 @@ SavedPiece parse_piece(const nlohmann::json& q, const std::string& key, const st
   const std::string of = str_cat("'", key, "' piece's ");
   if (q.contains("flat_range")) {
     p.spec.flat = true;
-    p.spec.flat_begin = integer_field<int64_t>(q.at("flat_range").at(0), of + "flat_range[0]");
-    p.spec.flat_end = integer_field<int64_t>(q.at("flat_range").at(1), of + "flat_range[1]");
+    p.spec.flat_begin = json_integer<int64_t>(q.at("flat_range").at(0), of + "flat_range[0]");
+    p.spec.flat_end = json_integer<int64_t>(q.at("flat_range").at(1), of + "flat_range[1]");
   }
   if (!p.spec.flat || q.contains("global_offset")) {
-    p.spec.global_offset = integer_list(q.at("global_offset"), of + "global_offset");
-    p.spec.local_shape = integer_list(q.at("local_shape"), of + "local_shape");
+    p.spec.global_offset = json_integer_list(q.at("global_offset"), of + "global_offset");
+    p.spec.local_shape = json_integer_list(q.at("local_shape"), of + "local_shape");
   } else {  // a flat range of the whole tensor
     p.spec.global_offset.assign(global_shape.size(), 0);
     p.spec.local_shape = global_shape;
   }
-  if (q.contains("replica_id")) p.spec.replica_id = integer_field<int>(q.at("replica_id"), of + "replica_id");
+  if (q.contains("replica_id")) p.spec.replica_id = json_integer<int>(q.at("replica_id"), of + "replica_id");
   p.file = q.at("file").get<std::string>();
   p.name = q.at("name").get<std::string>();
-  p.bytes = integer_field<uint64_t>(q.at("bytes"), of + "bytes");
+  p.bytes = json_integer<uint64_t>(q.at("bytes"), of + "bytes");
   p.crc32c = parse_crc32c(q.at("crc32c").get<std::string>(), key, where);
   validate_shard(p.spec);
   MEGATRON_CHECK(p.file.find("..") == std::string::npos && !p.file.empty() && p.file[0] != '/',
@@ -147,14 +125,14 @@ CheckpointMetadata metadata_from_json(const nlohmann::json& j, const std::string
   try {
     MEGATRON_CHECK(j.value("format", std::string()) == kFormatName, "checkpoint metadata ", where,
                    ": not a megatron.cpp sharded checkpoint (format '", j.value("format", std::string()), "')");
-    const int version = integer_field<int>(j.at("version"), "version");
+    const int version = json_integer<int>(j.at("version"), "version");
     MEGATRON_CHECK(version == kFormatVersion, "checkpoint metadata ", where, ": format version ", version,
                    " is not supported (this build reads version ", kFormatVersion, ")");
-    m.iteration = integer_field<int64_t>(j.at("iteration"), "iteration");
+    m.iteration = json_integer<int64_t>(j.at("iteration"), "iteration");
     m.state = j.value("state", nlohmann::json::object());
     for (const auto& [key, t] : j.at("tensors").items()) {
       TensorEntry e;
-      e.global_shape = integer_list(t.at("global_shape"), str_cat("'", key, "' global_shape"));
+      e.global_shape = json_integer_list(t.at("global_shape"), str_cat("'", key, "' global_shape"));
       e.dtype = parse_dtype(t.at("dtype").get<std::string>());
       for (const auto& q : t.at("pieces")) e.pieces.push_back(parse_piece(q, key, e.global_shape, e.dtype, where));
       std::vector<ShardSpec> specs;
@@ -186,7 +164,7 @@ std::vector<SavedPiece> saved_pieces_from_json(const nlohmann::json& j, const st
   std::vector<SavedPiece> out;
   try {
     for (const auto& q : j)
-      out.push_back(parse_piece(q, q.at("key").get<std::string>(), integer_list(q.at("global_shape"), "global_shape"),
+      out.push_back(parse_piece(q, q.at("key").get<std::string>(), json_integer_list(q.at("global_shape"), "global_shape"),
                                 parse_dtype(q.at("dtype").get<std::string>()), where));
   } catch (const nlohmann::json::exception& e) {
     MEGATRON_FAIL("checkpoint: the piece list from ", where, " is malformed: ", e.what());

@@ -1,9 +1,11 @@
 #include "megatron/checkpoint/training_checkpoint.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <unordered_map>
 
+#include "megatron/checkpoint/json_integer.h"
 #include "megatron/checkpoint/sharded_tensor.h"
 #include "megatron/core/error.h"
 #include "megatron/core/progress.h"
@@ -359,6 +361,7 @@ void load_optimizer_state(const ParameterLoader& load_pieces, const nlohmann::js
   optim::AdamW* opt = state.optimizer;
   CheckpointReader& reader = load_pieces.reader;
   const nn::ParameterList& params = load_pieces.params;
+  const std::string field = (reader.directory() / kMetadataFile).string() + ": state.";
   // Entry k of the optimizer: parameter i whole (replicated optimizer) or its range [begin, end).
   const bool ranged = !state.optimizer_ranges.empty();
   MEGATRON_CHECK(opt->size() == (ranged ? state.optimizer_ranges.size() : params.size()),
@@ -379,19 +382,26 @@ void load_optimizer_state(const ParameterLoader& load_pieces, const nlohmann::js
     load_pieces(i, kExpAvg + p.name, opt->exp_avg(k), begin, end, ranged);
     load_pieces(i, kExpAvgSq + p.name, opt->exp_avg_sq(k), begin, end, ranged);
   }
-  opt->set_step_count(saved["optimizer"].value("step", int64_t(0)));
+  opt->set_step_count(json_integer_or<int64_t>(saved["optimizer"], "step", 0, field + "optimizer."));
   if (state.scheduler != nullptr && saved.contains("scheduler")) {
     // The schedule counts samples; checkpoints written before it did (no "unit") counted iterations of
     // the run's global batch.
     const nlohmann::json& s = saved["scheduler"];
-    int64_t steps = s.value("num_steps", int64_t(0));
-    if (!s.contains("unit") && state.args != nullptr) steps *= state.args->training.global_batch_size;
+    int64_t steps = json_integer_or<int64_t>(s, "num_steps", 0, field + "scheduler.");
+    MEGATRON_CHECK(steps >= 0, field, "scheduler.num_steps ", steps, " must not be negative");
+    if (!s.contains("unit") && state.args != nullptr) {
+      const int64_t gbs = std::max<int64_t>(1, state.args->training.global_batch_size);
+      MEGATRON_CHECK(steps <= std::numeric_limits<int64_t>::max() / gbs, field, "scheduler.num_steps ", steps,
+                     " iterations of ", gbs, " samples overflow the sample count");
+      steps *= gbs;
+    }
     state.scheduler->set_num_steps(steps);
   }
   if (state.scaler != nullptr && saved.contains("loss_scaler")) {
     const auto& s = saved["loss_scaler"];
-    state.scaler->load_state({s.value("scale", 1.0f), s.value("growth_tracker", int64_t(0)),
-                              s.value("hysteresis_tracker", int64_t(0))});
+    state.scaler->load_state({s.value("scale", 1.0f),
+                              json_integer_or<int64_t>(s, "growth_tracker", 0, field + "loss_scaler."),
+                              json_integer_or<int64_t>(s, "hysteresis_tracker", 0, field + "loss_scaler.")});
   }
 }
 
@@ -604,6 +614,7 @@ LoadedTraining load_training_state(Context& ctx, CheckpointReader& reader, Train
                                    const train::CheckpointArguments& flags) {
   MEGATRON_CHECK(!state.model.empty(), "load_training_checkpoint: no model");
   const nlohmann::json& saved = reader.state();
+  const std::string field = (reader.directory() / kMetadataFile).string() + ": state.";
   check_same_architecture(reader, saved, state.model.front()->config());
 
   const nn::ParameterList params = model_parameters(state);
@@ -627,9 +638,9 @@ LoadedTraining load_training_state(Context& ctx, CheckpointReader& reader, Train
   const bool weights_only = flags.finetune || reader.is_release();
   if (!weights_only) out.fp8_state_loaded = load_fp8_state(ctx, reader, state);
   if (!weights_only) {
-    out.iteration = saved.value("iteration", reader.iteration());
-    out.consumed_train_samples = saved.value("consumed_train_samples", int64_t(0));
-    out.consumed_valid_samples = saved.value("consumed_valid_samples", int64_t(0));
+    out.iteration = json_integer_or<int64_t>(saved, "iteration", reader.iteration(), field);
+    out.consumed_train_samples = json_integer_or<int64_t>(saved, "consumed_train_samples", 0, field);
+    out.consumed_valid_samples = json_integer_or<int64_t>(saved, "consumed_valid_samples", 0, field);
   }
   optim::AdamW* opt = state.optimizer;
   const bool can_load_optim = !weights_only && !flags.no_load_optim && saved.contains("optimizer");
