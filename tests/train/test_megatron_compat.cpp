@@ -190,6 +190,9 @@ sgd_momentum: 0.9
                         {"2 key(s)", "fancy_new_setting: 7", "squared_relu: true"});
   testing::expect_error([&] { parse_arguments({"--yaml-cfg", (dir / "gpt.yaml").string(), "--lr", "1"}); },
                         {"replaces the whole command line", "--lr"});
+  // A directory (which yaml-cpp's reader would end the process on, as the fuzzer found) and a missing file.
+  testing::expect_error([&] { parse_arguments({"--yaml-cfg", dir.string()}); }, {dir.string(), "not a regular file"});
+  testing::expect_error([&] { parse_arguments({"--yaml-cfg", (dir / "none.yaml").string()}); }, {"no such file"});
   std::filesystem::remove_all(dir);
 }
 

@@ -1,6 +1,7 @@
 #include "megatron/train/yaml_config.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -163,6 +164,11 @@ struct Converter {
 bool yaml_config_available() { return true; }
 
 std::vector<std::string> yaml_config_flags(const std::string& path) {
+  // yaml-cpp's reader dies (std::terminate) on a stream that fails while it reads, as a directory's does: only
+  // a regular file (or a link to one) is handed to it.
+  std::error_code error;
+  MEGATRON_CHECK(std::filesystem::is_regular_file(path, error), "--yaml-cfg ", path, ": ",
+                 std::filesystem::exists(path, error) ? "not a regular file" : "no such file");
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
