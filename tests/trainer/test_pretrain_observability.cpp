@@ -221,6 +221,34 @@ TEST(PretrainObservability, PipelineTimersNameTheSendsAndReceivesOfEveryRank) {
   fs::remove_all(dir);
 }
 
+// Expert parallelism with the alltoall dispatcher: the token exchanges have timers of their own at level 2,
+// on every rank, inside the computes that run them; the allgather dispatcher has no such exchange.
+TEST(PretrainObservability, MoeTimersTimeTheAllToAllExchanges) {
+  const fs::path dir = testing::make_temp_dir("pretrain_moe_timers");
+  const char* kExchanges[] = {"moe-tokens-per-expert", "moe-dispatch-all-to-all", "moe-combine-all-to-all"};
+  for (const std::string dispatcher : {"alltoall", "allgather"}) {
+    const std::string cmd = two_ranks() + kModel +
+                            " --train-iters 2 --log-interval 2 --eval-iters 0 --num-experts 4 --moe-router-topk 2 "
+                            "--expert-model-parallel-size 2 --disable-bias-linear --moe-token-dispatcher-type " + dispatcher +
+                            " --timing-log-level 2 > " + (dir / "log.txt").string() + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << read_file(dir / "log.txt");
+    const std::string log = read_file(dir / "log.txt");
+    const auto blocks = timer_blocks(log);
+    ASSERT_EQ(blocks.size(), 1u) << log;
+    const auto& block = blocks.front();
+    for (const char* name : kExchanges) {
+      if (dispatcher == "allgather") {
+        EXPECT_FALSE(block.count(name)) << name << " without an alltoall exchange:\n" << log;
+        continue;
+      }
+      ASSERT_TRUE(block.count(name)) << name << " missing:\n" << log;  // recorded on some rank: present
+      EXPECT_LE(block.at(name).second, block.at("forward-compute").second + block.at("backward-compute").second + 0.02)
+          << name << " runs inside the forward and backward computes:\n" << log;
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST(PretrainObservability, StragglerReportNamesTheSlowRank) {
   const fs::path dir = testing::make_temp_dir("pretrain_straggler");
   // Rank 0 (not the last rank, which prints the log line) reads every sample 40 ms slower.

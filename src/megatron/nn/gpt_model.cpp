@@ -231,7 +231,8 @@ ResidualStream GPTModel::layers_forward(Context& ctx, StageSaved& saved, Residua
                          .position = options.position,
                          // The router losses enter the gradient as the main loss does, and CP ranks hold
                          // parts of one loss (the data-parallel average divides by CP).
-                         .moe_loss_grad_scale = options.grad_scale * cp_.size()};
+                         .moe_loss_grad_scale = options.grad_scale * cp_.size(),
+                         .timers = options.timers};
     const bool recomputed = unit < units.size() && int(i) >= units[unit].first;
     if (recomputed && int(i) == units[unit].first) saved.recomputed.push_back({.first = i});
     ResidualStream next;

@@ -123,6 +123,7 @@ struct ForwardOptions {
   ParamHooks hooks = {};          // before_forward is called here (grads_final goes to backward())
   std::vector<KvCache>* kv_caches = nullptr;  // generation: one per layer of the stage
   int64_t position = 0;                       // generation: the first new token's position
+  Timers* timers = nullptr;                   // level-2 timers inside the layers (MoE token exchange; null: none)
 };
 
 // What the output layer and loss leave for the backward.

@@ -7,14 +7,17 @@
 
 namespace megatron::nn {
 
-AllToAllPlan::AllToAllPlan(comm::Communicator& ep, const std::vector<int32_t>& my_counts)
-    : ep_(&ep), size_(ep.size()), rank_(ep.rank()) {
+AllToAllPlan::AllToAllPlan(comm::Communicator& ep, const std::vector<int32_t>& my_counts, Timers* timers)
+    : ep_(&ep), timers_(timers), size_(ep.size()), rank_(ep.rank()) {
   const int E = int(my_counts.size());
   MEGATRON_CHECK(E % size_ == 0, "alltoall dispatcher: ", E, " experts over ", size_, " expert-parallel ranks");
   num_local_ = E / size_;
   std::vector<double> all(size_t(size_) * size_t(E), 0.0);
   for (int e = 0; e < E; ++e) all[size_t(rank_) * size_t(E) + size_t(e)] = my_counts[size_t(e)];
-  ep.all_reduce_host(all, comm::ReduceOp::Sum);
+  {
+    TimerScope timer(timers_, "moe-tokens-per-expert", 2, TimerClock::Host);
+    ep.all_reduce_host(all, comm::ReduceOp::Sum);
+  }
   counts_.assign(size_t(size_), std::vector<int64_t>(size_t(E)));
   for (int i = 0; i < size_; ++i)
     for (int e = 0; e < E; ++e) counts_[size_t(i)][size_t(e)] = int64_t(all[size_t(i) * size_t(E) + size_t(e)]);
@@ -64,7 +67,10 @@ Tensor AllToAllPlan::dispatch(Context& ctx, const Tensor& x) const {
       recv[size_t(j)] += counts_[size_t(j)][size_t(rank_ * num_local_ + e)] * h;
     }
   Tensor received = ctx.empty({recv_rows(), h}, x.dtype());
-  ep_->all_to_all(received, recv, x.slice(0, send_rows()), send, ctx.stream());
+  {
+    TimerScope timer(timers_, "moe-dispatch-all-to-all", 2);
+    ep_->all_to_all(received, recv, x.slice(0, send_rows()), send, ctx.stream());
+  }
   Tensor grouped = ctx.empty({recv_rows(), h}, x.dtype());
   for (int i = 0; i < size_; ++i)
     for (int e = 0; e < num_local_; ++e) {
@@ -89,7 +95,10 @@ Tensor AllToAllPlan::combine(Context& ctx, const Tensor& y) const {
       recv[size_t(j)] += counts_[size_t(rank_)][size_t(j * num_local_ + e)] * h;
     }
   Tensor back = ctx.empty({send_rows(), h}, y.dtype());
-  ep_->all_to_all(back, recv, received_order, send, ctx.stream());
+  {
+    TimerScope timer(timers_, "moe-combine-all-to-all", 2);
+    ep_->all_to_all(back, recv, received_order, send, ctx.stream());
+  }
   return back;
 }
 

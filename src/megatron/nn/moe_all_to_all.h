@@ -13,6 +13,7 @@
 
 #include "megatron/comm/communicator.h"
 #include "megatron/runtime/context.h"
+#include "megatron/runtime/timers.h"
 
 namespace megatron::nn {
 
@@ -20,7 +21,10 @@ namespace megatron::nn {
 class AllToAllPlan {
  public:
   // Collective over `ep` (host all-reduce of the counts). my_counts: this rank's rows per expert (all E).
-  AllToAllPlan(comm::Communicator& ep, const std::vector<int32_t>& my_counts);
+  // timers (null: none): the exchanges under level-2 timers -- moe-tokens-per-expert (the counts' host
+  // all-reduce), moe-dispatch-all-to-all and moe-combine-all-to-all (each exchange, forward and backward, from
+  // its launch until the compute stream may go on: a rank that waits for a slower peer's tokens waits here).
+  AllToAllPlan(comm::Communicator& ep, const std::vector<int32_t>& my_counts, Timers* timers = nullptr);
 
   int64_t send_rows() const;                 // rows this rank sends (= its kept slots)
   int64_t recv_rows() const;                 // rows its experts receive
@@ -37,6 +41,7 @@ class AllToAllPlan {
   int64_t grouped_offset(int i, int e) const;
 
   comm::Communicator* ep_ = nullptr;
+  Timers* timers_ = nullptr;
   int size_ = 1, rank_ = 0, num_local_ = 0;
   std::vector<std::vector<int64_t>> counts_;  // [rank][expert]
 };

@@ -57,7 +57,7 @@ bool MoELayer::all_to_all() const {
 }
 
 MoESaved MoELayer::forward(Context& ctx, const Tensor& out, const Tensor& x_in, bool training,
-                           const TokenRows& rows) const {
+                           const TokenRows& rows, Timers* timers) const {
   const int64_t h = x_in.shape()[x_in.shape().rank() - 1], T = x_in.numel() / h, k = moe_.topk;
   const Tensor x = x_in.view({T, h}), y = out.view({T, h});
   MoESaved s;
@@ -81,7 +81,7 @@ MoESaved MoELayer::forward(Context& ctx, const Tensor& out, const Tensor& x_in, 
   ops::moe_permute(ctx, permuted, s.row_map, counts, xg, ig);
   std::vector<int32_t> host(size_t(moe_.num_experts));
   copy_tensor(ctx, Tensor::from_blob(host.data(), {moe_.num_experts}, DType::I32, Device::cpu()), counts);
-  if (all_to_all()) experts_all_to_all(ctx, s, permuted, host);
+  if (all_to_all()) experts_all_to_all(ctx, s, permuted, host, timers);
   else experts_all_gather(ctx, s, permuted, host);
 
   Tensor yg = group != nullptr && group->size() > 1 ? ctx.empty({TG, h}, x.dtype()) : y;
@@ -109,8 +109,8 @@ void MoELayer::experts_all_gather(Context& ctx, MoESaved& s, const Tensor& permu
 }
 
 void MoELayer::experts_all_to_all(Context& ctx, MoESaved& s, const Tensor& permuted,
-                                  const std::vector<int32_t>& counts) const {
-  auto plan = std::make_shared<const AllToAllPlan>(*parallel_.ep, counts);
+                                  const std::vector<int32_t>& counts, Timers* timers) const {
+  auto plan = std::make_shared<const AllToAllPlan>(*parallel_.ep, counts, timers);
   Tensor grouped = plan->dispatch(ctx, permuted);
   std::vector<int64_t> counts_local = plan->local_counts();
   if (parallel_.expert_tp != nullptr && parallel_.expert_tp->size() > 1) {

@@ -62,8 +62,9 @@ class MoELayer {
   void init(Context& ctx, const TransformerConfig& config);
   // x [T, h] -> out [T, h] assigned.
   // rows: where x's rows sit among the micro-batch's sequences (the sequence-level aux loss).
+  // timers (null: none): the alltoall dispatcher's exchanges, forward and backward (AllToAllPlan).
   [[nodiscard]] MoESaved forward(Context& ctx, const Tensor& out, const Tensor& x, bool training,
-                                 const TokenRows& rows = {}) const;
+                                 const TokenRows& rows = {}, Timers* timers = nullptr) const;
   // dx assigned; main grads accumulated; loss_grad_scale: the router losses' gradient scale (moe_router.h).
   void backward(Context& ctx, MoESaved&& saved, const Tensor& dx, const Tensor& dout, double loss_grad_scale);
   void collect_parameters(ParameterList& out);
@@ -78,7 +79,8 @@ class MoELayer {
   // The dispatch, experts and combine of each dispatcher: rows = this rank's permuted slots [T k, h]
   // (allgather: over the dispatch group) -> s.expert_out, whose unpermute gives the layer's output.
   void experts_all_gather(Context& ctx, MoESaved& s, const Tensor& permuted, const std::vector<int32_t>& counts) const;
-  void experts_all_to_all(Context& ctx, MoESaved& s, const Tensor& permuted, const std::vector<int32_t>& counts) const;
+  void experts_all_to_all(Context& ctx, MoESaved& s, const Tensor& permuted, const std::vector<int32_t>& counts,
+                          Timers* timers) const;
   // Their backward: d expert_out -> d permuted (assigned).
   void experts_backward(Context& ctx, MoESaved& s, const Tensor& dpermuted, const Tensor& dexpert_out);
 

@@ -41,6 +41,7 @@
 #include "megatron/nn/mlp.h"
 #include "megatron/nn/moe_layer.h"
 #include "megatron/nn/norm.h"
+#include "megatron/runtime/timers.h"
 
 namespace megatron::nn {
 
@@ -68,6 +69,7 @@ struct LayerPass {
   KvCache* kv_cache = nullptr;
   int64_t position = 0;
   double moe_loss_grad_scale = 1.0;  // MoE layers: the router losses' gradient scale (moe_router.h)
+  Timers* timers = nullptr;          // MoE layers: the token exchange's level-2 timers (null: none)
 };
 
 // Where a pass's hidden-dropout masks come from (p = 0: no dropout), kept for the backward: site k is

@@ -161,6 +161,7 @@ void Executor::forward(size_t i, const Step& s) {
   options.training = options.training && !run_.forward_only;
   options.hooks = run_.hooks.every_pass;
   options.hooks.grads_final = nullptr;
+  options.timers = run_.timers;
   if (i == points_.first_forward[size_t(s.chunk)] && run_.hooks.before_first_forward)
     options.hooks.before_forward = [first = run_.hooks.before_first_forward,
                                     every = run_.hooks.every_pass.before_forward](const nn::ParameterList& params) {

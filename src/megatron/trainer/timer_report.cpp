@@ -75,7 +75,9 @@ std::vector<std::string> megatron_timer_names(int level) {
     for (const char* n : {"batch-generator", "forward-compute", "backward-compute", "forward-recv", "forward-send",
                           "backward-recv", "backward-send", "forward-send-forward-recv", "forward-send-backward-recv",
                           "backward-send-forward-recv", "backward-send-backward-recv",
-                          "forward-backward-send-forward-backward-recv"})
+                          "forward-backward-send-forward-backward-recv",
+                          // Ours, after Megatron's: the MoE alltoall dispatcher's exchanges (AllToAllPlan).
+                          "moe-tokens-per-expert", "moe-dispatch-all-to-all", "moe-combine-all-to-all"})
       names.push_back(n);
   return names;
 }
