@@ -9,7 +9,9 @@
 #   parity   the mixtral pair on real text (.deps/data's fortunes, GPT-2 BPE, tokenised here if needed) with a
 #            gentler schedule (lr 1e-4, 10 warm-up iterations) over PARITY_ITERS (30), so that bf16 rounding is
 #            not amplified by a diverging mock-data run: EP=2's losses against EP=1's.
-# Logs in $OUT/ep_<name>.log; a table last (MFU by Megatron's MoE FLOPs formula).
+# Logs in $OUT/ep_<name>.log; a table last (MFU by Megatron's MoE FLOPs formula), then each run's last timer
+# report (--timing-log-level 2: the alltoall exchanges' timers next to the forward and backward computes, in
+# ms per iteration as (min, max) over the ranks).
 #   scripts/gpu/ep_bench.sh [mixtral] [large] [parity]   (ITERS=8, RUN_TIMEOUT=s per run)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,7 +28,7 @@ MOE=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-a
      --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --adam-beta2 0.95 --bf16
      --mock-data --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-interval 100000 --eval-iters 0
      --device cuda --micro-batch-size 2 --global-batch-size 32 --train-iters "$ITERS" --seed 1234
-     --use-distributed-optimizer --overlap-grad-reduce)
+     --use-distributed-optimizer --overlap-grad-reduce --timing-log-level 2)
 
 run() {  # run <name> <command...>
   local name=$1
@@ -87,4 +89,10 @@ for f in "$OUT"/ep_*.log; do
     "$(awk -v p="${params:-0}" 'BEGIN { printf "%.2f", p / 1e9 }')" "${tps:--}" "${tfl:--}" "$mfu" "${peak:--}"
 done
 [ -f "$OUT/ep_compare.txt" ] && cat "$OUT/ep_compare.txt"
+for f in "$OUT"/ep_*.log; do  # the last timer report of each run: computes and the token exchanges
+  [ -f "$f" ] || continue
+  echo "-- $(basename "$f" .log | sed 's/^ep_//'): last timer report (ms per iteration, (min, max) over ranks)"
+  tac "$f" | awk '/time across ranks \(ms\):/ {exit} {print}' | tac |
+    grep -E "forward-backward |forward-compute|backward-compute|all-grads-sync|moe-" | sed 's/\.\.\.*//'
+done
 exit 0

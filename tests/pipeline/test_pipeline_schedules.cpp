@@ -53,6 +53,32 @@ TEST(PipelineSchedule, InterleavedIsMegatronsOrderAtPipeline2With2ChunksAnd4Micr
   EXPECT_EQ(table, "F0.0 F1.0 F2.0 F0.1 F1.1 F2.1 F3.0 F4.0 F3.1 F4.1");
 }
 
+// Megatron's overlap_p2p_comm batches (its default): the steady state posts send_forward_recv_forward right
+// after each forward and send_backward_recv_backward right after each backward; the last warm-up forward's
+// first gradient receive is a batch of its own. The computation order is the non-overlapped one.
+TEST(PipelineSchedule, InterleavedWithOverlapPostsEachDirectionRightAfterItsStep) {
+  const PipelinePosition first{.size = 2, .rank = 0, .virtual_size = 2}, last{.size = 2, .rank = 1, .virtual_size = 2};
+  EXPECT_EQ(describe(interleaved(first, 4, 2, false, true)),
+            "F0.0 [sF0.0] F1.0 [sF1.0 rF0.1] F0.1 [sF0.1 rF1.1] F1.1 [sF1.1] [rB0.1] F2.0 [sF2.0] B0.1 [sB0.1 rB1.1] "
+            "F3.0 [sF3.0 rF2.1] B1.1 [sB1.1 rB0.0] F2.1 [sF2.1 rF3.1] B0.0 [rB1.0] F3.1 [sF3.1] B1.0 [rB2.1] "
+            "B2.1 [sB2.1 rB3.1] B3.1 [sB3.1 rB2.0] B2.0 [rB3.0] B3.0");
+  EXPECT_EQ(describe(interleaved(last, 4, 2, false, true)),
+            "[rF0.0] F0.0 [sF0.0 rF1.0] F1.0 [sF1.0 rF0.1] F0.1 [rF1.1] B0.1 [sB0.1] F1.1 [rF2.0] B1.1 [sB1.1 rB0.0] "
+            "F2.0 [sF2.0 rF3.0] B0.0 [sB0.0 rB1.0] F3.0 [sF3.0 rF2.1] B1.0 [sB1.0] F2.1 [rF3.1] B2.1 [sB2.1] F3.1 "
+            "B3.1 [sB3.1 rB2.0] B2.0 [sB2.0 rB3.0] B3.0 [sB3.0]");
+  // Without overlap the forward's send waits for the backward after it (send_forward_backward_recv_forward_backward).
+  EXPECT_EQ(describe(interleaved(first, 4, 2)).substr(0, 87),
+            "F0.0 [sF0.0] F1.0 [sF1.0 rF0.1] F0.1 [sF0.1 rF1.1] F1.1 [sF1.1 rB0.1] F2.0 B0.1 [sF2.0 ");
+  for (int r = 0; r < 2; ++r) {
+    const PipelinePosition p{.size = 2, .rank = r, .virtual_size = 2};
+    EXPECT_EQ(describe_compute(interleaved(p, 8, 2, false, true)), describe_compute(interleaved(p, 8, 2)));
+    EXPECT_EQ(describe(schedule_for(p, 8, 2, false, true)), describe(interleaved(p, 8, 2, false, true)));
+  }
+  // 1F1B has one batch layout (Megatron overlaps only the interleaved schedule's).
+  const PipelinePosition one{.size = 2, .rank = 0};
+  EXPECT_EQ(describe(schedule_for(one, 4, 2, false, true)), describe(one_f_one_b(one, 4)));
+}
+
 TEST(PipelineSchedule, RefusesImpossibleArguments) {
   testing::expect_error([] { interleaved({.size = 2, .rank = 0, .virtual_size = 2}, 3, 2); }, {"micro-batch group 2"});
   testing::expect_error([] { interleaved({.size = 4, .rank = 0, .virtual_size = 2}, 8, 2); }, {"[4, 8]"});
@@ -75,10 +101,11 @@ Label destination(const Message& m, int rank, int P) {
 
 class Simulation {
  public:
-  Simulation(int P, int V, int M, int G, bool forward_only) : P_(P), V_(V), M_(M), forward_only_(forward_only) {
+  Simulation(int P, int V, int M, int G, bool forward_only, bool overlap_p2p)
+      : P_(P), V_(V), M_(M), forward_only_(forward_only) {
     for (int r = 0; r < P; ++r) {
       const PipelinePosition pos{.size = P, .rank = r, .virtual_size = V};
-      steps_.push_back(V == 1 ? one_f_one_b(pos, M, forward_only) : interleaved(pos, M, G, forward_only));
+      steps_.push_back(schedule_for(pos, M, G, forward_only, overlap_p2p));
     }
     pc_.assign(size_t(P), 0);
     posted_.assign(size_t(P), false);
@@ -221,13 +248,16 @@ TEST(PipelineSchedule, EveryRankTogetherMatchesMessagesAndNeverDeadlocks) {
       for (int M = 1; M <= 9; ++M)
         for (int G = P; G <= M || (V == 1 && G == P); ++G) {
           if (V > 1 && (M < P || (M % G != 0 && M % G < P))) continue;  // the interleaved schedule's rules
-          for (bool forward_only : {false, true}) {
-            Simulation(P, V, M, G, forward_only).run(str_cat("P ", P, " V ", V, " M ", M, " G ", G, forward_only ? " forward-only" : ""));
-            ++layouts;
-          }
+          for (bool forward_only : {false, true})
+            for (bool overlap_p2p : {false, true}) {
+              Simulation(P, V, M, G, forward_only, overlap_p2p)
+                  .run(str_cat("P ", P, " V ", V, " M ", M, " G ", G, forward_only ? " forward-only" : "",
+                               overlap_p2p ? " overlap" : ""));
+              ++layouts;
+            }
           if (V == 1) break;  // G matters only when interleaving
         }
-  EXPECT_GT(layouts, 100);
+  EXPECT_GT(layouts, 200);
 }
 
 }  // namespace

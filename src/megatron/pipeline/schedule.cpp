@@ -107,8 +107,9 @@ namespace {
 // the warm-up count, and which chunk a received tensor belongs to.
 class Interleaved {
  public:
-  Interleaved(const PipelinePosition& p, int M, int G, bool forward_only)
+  Interleaved(const PipelinePosition& p, int M, int G, bool forward_only, bool overlap_p2p)
       : p_(p), M_(M), C_(p.virtual_size), total_(M * p.virtual_size), forward_only_(forward_only),
+        overlap_p2p_(overlap_p2p),
         received_forward_(size_t(C_), 0), received_backward_(size_t(C_), 0) {
     // Micro-batches in groups of G, each group over every chunk in turn (get_schedule_table).
     for (int first = 0; first < M; first += G) {
@@ -158,7 +159,7 @@ class Interleaved {
 
   const PipelinePosition& p_;
   const int M_, C_, total_;
-  const bool forward_only_;
+  const bool forward_only_, overlap_p2p_;
   int warmup_ = 0;
   std::vector<Entry> table_;
   std::vector<int> received_forward_, received_backward_;
@@ -173,19 +174,36 @@ void Interleaved::warmup_step(int k) {
   Batch b{p_, {}};
   b.send_forward(f.microbatch, f.chunk);
   if (recv_prev) recv_forward(b, next_chunk);
-  // The last warm-up forward also receives the first output gradient (send_forward_backward_recv_forward_backward).
-  if (k == warmup_ - 1 && !forward_only_ && warmup_ < total_ && p_.rank != p_.size - 1) recv_backward(b, C_ - 1);
+  // The last warm-up forward also receives the first output gradient (send_forward_backward_recv_forward_backward;
+  // with overlap a batch of its own, send_backward_recv_backward).
+  const bool first_gradient = k == warmup_ - 1 && !forward_only_ && warmup_ < total_ && p_.rank != p_.size - 1;
+  if (overlap_p2p_ && first_gradient) {
+    steps_.communicate(std::move(b.messages));
+    b.messages.clear();
+  }
+  if (first_gradient) recv_backward(b, C_ - 1);
   steps_.communicate(std::move(b.messages));
 }
 
 void Interleaved::steady_step(int k) {
   const int forward_k = k + warmup_;
   const Entry f = forward_of(forward_k), g = backward_of(k);
-  steps_.forward(f.microbatch, f.chunk);
-  steps_.backward(g.microbatch, g.chunk);
   auto [recv_prev, next_forward] = receives_after(forward_k, true);
   const auto [recv_next, next_backward] = receives_after(k, false);
   if (k == total_ - warmup_ - 1) recv_prev = false;
+  steps_.forward(f.microbatch, f.chunk);
+  if (overlap_p2p_) {  // send_forward_recv_forward, then send_backward_recv_backward
+    Batch forward_batch{p_, {}}, backward_batch{p_, {}};
+    forward_batch.send_forward(f.microbatch, f.chunk);
+    if (recv_prev) recv_forward(forward_batch, next_forward);
+    steps_.communicate(std::move(forward_batch.messages));
+    steps_.backward(g.microbatch, g.chunk);
+    backward_batch.send_backward(g.microbatch, g.chunk);
+    if (recv_next) recv_backward(backward_batch, next_backward);
+    steps_.communicate(std::move(backward_batch.messages));
+    return;
+  }
+  steps_.backward(g.microbatch, g.chunk);  // send_forward_backward_recv_forward_backward
   Batch b{p_, {}};
   b.send_forward(f.microbatch, f.chunk).send_backward(g.microbatch, g.chunk);
   if (recv_prev) recv_forward(b, next_forward);
@@ -222,19 +240,19 @@ std::vector<Step> Interleaved::generate() {
 
 }  // namespace
 
-std::vector<Step> interleaved(const PipelinePosition& p, int M, int G, bool forward_only) {
+std::vector<Step> interleaved(const PipelinePosition& p, int M, int G, bool forward_only, bool overlap_p2p) {
   check_position(p, M, "interleaved");
   MEGATRON_CHECK(p.size > 1 && p.virtual_size > 1, "interleaved: needs a pipeline (", p.size,
                  " ranks) with several model chunks per rank (", p.virtual_size, ")");
   MEGATRON_CHECK(G >= p.size && G <= M && (M % G == 0 || M % G >= p.size), "interleaved: micro-batch group ", G,
                  " must be in [", p.size, ", ", M, "] and leave a last group of 0 or at least ", p.size);
-  return Interleaved(p, M, G, forward_only).generate();
+  return Interleaved(p, M, G, forward_only, overlap_p2p).generate();
 }
 
-std::vector<Step> schedule_for(const PipelinePosition& p, int M, int G, bool forward_only) {
+std::vector<Step> schedule_for(const PipelinePosition& p, int M, int G, bool forward_only, bool overlap_p2p) {
   if (p.size == 1) return no_pipelining(M, forward_only);
   if (p.virtual_size == 1) return one_f_one_b(p, M, forward_only);
-  return interleaved(p, M, G, forward_only);
+  return interleaved(p, M, G, forward_only, overlap_p2p);
 }
 
 namespace {

@@ -10,10 +10,13 @@
 //   interleaved(P, r, V, M, G): the interleaved 1F1B schedule with V model chunks per rank: micro-batches walk
 //                             over the chunks in groups of G (Megatron's get_schedule_table; G defaults to P),
 //                             (P - r - 1) * 2 + (V - 1) * G warm-up forwards, backwards take chunk V - 1 - c.
-// The point-to-point batches sit where Megatron's non-overlapped schedules post them (recv_forward,
-// send_forward, send_forward_recv_backward, send_backward_recv_forward, send_forward_backward_recv_forward_
-// backward, ...): the ops of one batch start together (deadlock-free, comm/communicator.h) and the executor
-// waits for a receive only where its data is used (overlap), or at once with --no-overlap-p2p-communication.
+// The point-to-point batches sit where Megatron's schedules post them (recv_forward, send_forward,
+// send_forward_recv_backward, send_backward_recv_forward, send_forward_backward_recv_forward_backward, ...):
+// the ops of one batch start together (deadlock-free, comm/communicator.h) and the executor waits for a
+// receive only where its data is used (overlap), or at once with --no-overlap-p2p-communication. With overlap
+// the interleaved schedule posts as Megatron's overlap_p2p_comm does: a forward's send and the next forward's
+// receive right after that forward, a backward's send and the next backward's receive right after that
+// backward -- not both after the backward that follows -- so an activation leaves one backward earlier.
 // Each message names the (micro-batch, chunk) whose data it carries on this rank:
 //   SendForward m.c   the output of F(m, c) to the next rank;   RecvForward m.c   the input of F(m, c) from the previous;
 //   SendBackward m.c  the input gradient of B(m, c) to the previous; RecvBackward m.c the output gradient of B(m, c) from the next.
@@ -54,11 +57,13 @@ struct PipelinePosition {
 
 std::vector<Step> no_pipelining(int num_microbatches, bool forward_only = false);
 std::vector<Step> one_f_one_b(const PipelinePosition& position, int num_microbatches, bool forward_only = false);
+// overlap_p2p: Megatron's overlap_p2p_comm batches (above); false: its non-overlapped ones.
 std::vector<Step> interleaved(const PipelinePosition& position, int num_microbatches, int group_size,
-                              bool forward_only = false);
-// The schedule Megatron would pick: no pipelining at P = 1, 1F1B, or interleaved with V > 1.
+                              bool forward_only = false, bool overlap_p2p = false);
+// The schedule Megatron would pick: no pipelining at P = 1, 1F1B, or interleaved with V > 1 (overlap_p2p: as
+// interleaved's; 1F1B has one batch layout).
 std::vector<Step> schedule_for(const PipelinePosition& position, int num_microbatches, int group_size,
-                               bool forward_only = false);
+                               bool forward_only = false, bool overlap_p2p = false);
 
 // "F0 [sF0 rB1] B1 ..." (chunks shown as F0.1 when V > 1).
 std::string describe(const std::vector<Step>& steps);

@@ -293,7 +293,8 @@ std::vector<FlagSpec> parallel_flags() {
            &P::microbatch_group_size_per_virtual_pipeline_stage,
            "interleaved schedule: consecutive micro-batches per model chunk (default: the pipeline size)"),
       flag("--no-overlap-p2p-communication", &A::parallel, &P::no_overlap_p2p_communication,
-           "wait for each pipeline send/recv where it is posted instead of just before its data is used"),
+           "wait for each pipeline send/recv where it is posted instead of just before its data is used; the "
+           "interleaved schedule then also batches a forward's send with the following backward's"),
       flag("--context-parallel-size", &A::parallel, &P::context_parallel_size,
            "CP: each sequence split over this many ranks (2 x CP chunks, rank r keeping chunks r and 2CP-1-r)"),
       flag("--cp-comm-type", &A::parallel, &P::cp_comm_type,

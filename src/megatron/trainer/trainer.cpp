@@ -378,7 +378,9 @@ Trainer::MicroBatchLosses Trainer::run_micro_batches(SampleStream& data, int64_t
                                             .virtual_size = int(chunks_.size())};
   const int group = args_.parallel.microbatch_group_size_per_virtual_pipeline_stage;
   TimelineScope span(forward_only ? nullptr : timeline_, "schedule", "schedule");
-  result.losses = pipeline::run_schedule(ctx_, pipeline::schedule_for(position, M, group, forward_only), run);
+  const bool overlap_p2p = !args_.parallel.no_overlap_p2p_communication;
+  result.losses =
+      pipeline::run_schedule(ctx_, pipeline::schedule_for(position, M, group, forward_only, overlap_p2p), run);
   // While profiling, each stage's schedule span lasts until every stage has finished (a one-element
   // all-reduce over the pipeline group on the stream), so the pipeline's drain counts as idle time on the
   // stages that finish first, as in the bubble's definition (p - 1) / (v * m) per stage.
