@@ -11,9 +11,11 @@
 #   2b. (8b-balanced) the same three with the output layer's weight counted: the first stage takes 17 of the 32
 #      layers (the 128256-word output layer costs about 2.2 layers' FLOPs), by --decoder-first-pipeline-num-layers
 #      without interleaving and by --pipeline-model-parallel-layout with 2 and 4 chunks per rank.
+#   2c. (8b-steady) the balanced three without the profiler, 10 iterations, level-2 timers (P2P_NCHANNELS=n: also
+#      1F1B and v=4 with NCCL_MAX_P2P_NCHANNELS=n).
 #   3. The same 8B shape at TP=2 + SP with --tp-comm-overlap (the collectives pipelined with the GEMMs), next
 #      to the TP=2 + SP row without it.
-#   scripts/gpu/pp_bench.sh [8b-pp|8b-balanced|gpt2|8b-others|all]...   (stages run in the order given; ITERS_8B=5,
+#   scripts/gpu/pp_bench.sh [8b-pp|8b-balanced|8b-steady|gpt2|8b-others|all]...   (stages run in the order given; ITERS_8B=5,
 #   ITERS_GPT2=50; RUN_TIMEOUT=s bounds each run so a hang cannot eat the lease; PROF=dir keeps the Chrome
 #   traces out of $OUT)
 set -uo pipefail
@@ -59,6 +61,34 @@ if want 8b-balanced; then
   run 8b_pp2_v4_bal "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --pipeline-model-parallel-size 2 \
     --pipeline-model-parallel-layout "Et*5|(t*4|)*6,t*3L" --profile-dir "$PROF/prof_pp2_v4_bal"
 fi
+if want 8b-steady; then
+  # The balanced layouts again without the profiler, over ITERS_STEADY (10) iterations with the level-2 timers, for
+  # the throughput comparison (the profiled runs above synchronise at their profiled iterations) and each stage's
+  # compute time per iteration (forward-compute + backward-compute: a slower compute under the transfers shows
+  # there). With P2P_NCHANNELS set, 1F1B and v=4 once more with NCCL_MAX_P2P_NCHANNELS at that value: the
+  # point-to-point kernels then hold fewer SMs while they wait for their peer during the computation.
+  STEADY=()
+  for ((i = 0; i < ${#LLAMA3_8B[@]}; i++)); do
+    case ${LLAMA3_8B[$i]} in
+      --profile) ;;
+      --profile-step-start | --profile-step-end) i=$((i + 1)) ;;
+      --train-iters) STEADY+=(--train-iters "${ITERS_STEADY:-10}"); i=$((i + 1)) ;;
+      *) STEADY+=("${LLAMA3_8B[$i]}") ;;
+    esac
+  done
+  STEADY+=(--pipeline-model-parallel-size 2 --timing-log-level 2)
+  run 8b_steady_1f1b "${MPI[@]}" "$BIN" "${STEADY[@]}" --decoder-first-pipeline-num-layers 17
+  run 8b_steady_v2 "${MPI[@]}" "$BIN" "${STEADY[@]}" --pipeline-model-parallel-layout "Et*9|t*8|t*8|t*7L"
+  run 8b_steady_v4 "${MPI[@]}" "$BIN" "${STEADY[@]}" --pipeline-model-parallel-layout "Et*5|(t*4|)*6,t*3L"
+  if [ -n "${P2P_NCHANNELS:-}" ]; then
+    export NCCL_MAX_P2P_NCHANNELS=$P2P_NCHANNELS
+    run 8b_steady_1f1b_ch$P2P_NCHANNELS "${MPI[@]}" -x NCCL_MAX_P2P_NCHANNELS "$BIN" "${STEADY[@]}" \
+      --decoder-first-pipeline-num-layers 17
+    run 8b_steady_v4_ch$P2P_NCHANNELS "${MPI[@]}" -x NCCL_MAX_P2P_NCHANNELS "$BIN" "${STEADY[@]}" \
+      --pipeline-model-parallel-layout "Et*5|(t*4|)*6,t*3L"
+    unset NCCL_MAX_P2P_NCHANNELS
+  fi
+fi
 if want gpt2; then
   D=.deps/data
   if [ ! -f "$D/fortunes_text_document.bin" ] && [ -f "$D/fortunes.jsonl" ]; then  # prepare_data.sh left it to us
@@ -99,4 +129,10 @@ for f in "$OUT"/pp_8b_*.log; do
     "${tps:--}" "${tfl:--}" "$mfu" "${peaks:--}" "${bubble:+ bubble $bubble}"
 done
 [ -f "$OUT/pp_gpt2_compare.txt" ] && cat "$OUT/pp_gpt2_compare.txt"
+for f in "$OUT"/pp_8b_steady_*.log; do  # the last timer report of the steady runs: each stage's compute and waits
+  [ -f "$f" ] || continue
+  echo "-- $(basename "$f" .log | sed 's/^pp_8b_//'): last timer report (ms per iteration, (min, max) over ranks)"
+  tac "$f" | awk '/time across ranks \(ms\):/ {exit} {print}' | tac |
+    grep -E "forward-backward |forward-compute|backward-compute|-recv|-send" | sed 's/\.\.\.*//'
+done
 exit 0
