@@ -12,7 +12,8 @@
 #      layers (the 128256-word output layer costs about 2.2 layers' FLOPs), by --decoder-first-pipeline-num-layers
 #      without interleaving and by --pipeline-model-parallel-layout with 2 and 4 chunks per rank.
 #   2c. (8b-steady) the balanced three without the profiler, 10 iterations, level-2 timers (P2P_NCHANNELS=n: also
-#      1F1B and v=4 with NCCL_MAX_P2P_NCHANNELS=n).
+#      1F1B and v=4 with NCCL_MAX_P2P_NCHANNELS=n; NO_OVERLAP=1: also v=4 with --no-overlap-p2p-communication).
+#   CLOCKS=1 samples each GPU's SM clock and power during every run (nvidia-smi) and logs their means.
 #   3. The same 8B shape at TP=2 + SP with --tp-comm-overlap (the collectives pipelined with the GEMMs), next
 #      to the TP=2 + SP row without it.
 #   scripts/gpu/pp_bench.sh [8b-pp|8b-balanced|8b-steady|gpt2|8b-others|all]...   (stages run in the order given; ITERS_8B=5,
@@ -40,8 +41,20 @@ run() {  # run <name> <command...>
   local name=$1
   shift
   echo "== $name: $*" | tee "$OUT/pp_$name.log"
+  local sampler=
+  if [ -n "${CLOCKS:-}" ]; then  # each GPU's SM clock and power twice a second, for the run's summary line
+    nvidia-smi --query-gpu=index,clocks.sm,power.draw --format=csv,noheader,nounits -lms 500 >"$OUT/pp_$name.clocks" &
+    sampler=$!
+  fi
   timeout -k 10 "$RUN_TIMEOUT" "$@" >>"$OUT/pp_$name.log" 2>&1
   echo "   rc $?" | tee -a "$OUT/pp_$name.log"
+  if [ -n "$sampler" ]; then
+    kill "$sampler" 2>/dev/null
+    # The second half of the samples (the steady iterations): mean SM clock and power per GPU.
+    awk -F', *' '{n++; i[n] = $1; c[n] = $2; p[n] = $3} END {for (k = int(n / 2) + 1; k <= n; k++) {sc[i[k]] += c[k];
+         sp[i[k]] += p[k]; m[i[k]]++} for (g in m) printf "gpu %s: SM clock %.0f MHz, power %.0f W\n", g, sc[g] / m[g], sp[g] / m[g]}' \
+      "$OUT/pp_$name.clocks" | sort | tee -a "$OUT/pp_$name.log"
+  fi
   grep -E "error|watchdog|bubble" "$OUT/pp_$name.log" | head -4
   grep -E " iteration +[0-9]+/" "$OUT/pp_$name.log" | tail -1 | cut -c1-220
 }
@@ -87,6 +100,10 @@ if want 8b-steady; then
     run 8b_steady_v4_ch$P2P_NCHANNELS "${MPI[@]}" -x NCCL_MAX_P2P_NCHANNELS "$BIN" "${STEADY[@]}" \
       --pipeline-model-parallel-layout "Et*5|(t*4|)*6,t*3L"
     unset NCCL_MAX_P2P_NCHANNELS
+  fi
+  if [ -n "${NO_OVERLAP:-}" ]; then  # v=4 with Megatron's non-overlapped batches and waits
+    run 8b_steady_v4_no_overlap "${MPI[@]}" "$BIN" "${STEADY[@]}" --no-overlap-p2p-communication \
+      --pipeline-model-parallel-layout "Et*5|(t*4|)*6,t*3L"
   fi
 fi
 if want gpt2; then
