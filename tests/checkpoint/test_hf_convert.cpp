@@ -255,6 +255,24 @@ TEST(HfConvert, ConfigFieldsOfTheWrongTypeOrSizeAreNamed) {
   testing::expect_error([&] { hf_family_of(json::array()); }, {"config.json must be a JSON object, it is array"});
 }
 
+// A sharded checkpoint's index names its files: malformed JSON, a missing or non-object weight_map, a value that
+// is not a string or not a plain file name in the directory are refused naming the index and the entry.
+TEST(HfConvert, MalformedSafetensorsIndexIsRefusedByName) {
+  const fs::path dir = testing::make_temp_dir("hf_index");
+  auto refused = [&](const std::string& text, std::vector<std::string> parts) {
+    std::ofstream(dir / "model.safetensors.index.json") << text;
+    parts.insert(parts.begin(), "model.safetensors.index.json");
+    testing::expect_error([&] { read_hf_weights(dir); }, parts);
+  };
+  refused("{\"weight_map\": ", {"is not valid JSON"});
+  refused("{\"weight_map\": {\"a\": 1" + std::string(400, '0') + "}}", {"is not valid JSON", "number overflow"});
+  refused("[1, 2]", {"needs a \"weight_map\" object"});
+  refused(R"({"metadata": {}})", {"needs a \"weight_map\" object"});
+  refused(R"({"weight_map": {"w": 3}})", {"weight_map.\"w\" must name a file (it is number)"});
+  refused(R"({"weight_map": {"w": "../outside.safetensors"}})", {"weight_map.\"w\" must name a file in", "../outside"});
+  fs::remove_all(dir);
+}
+
 // A model with a bias on every linear (trained so, then exported as Qwen2): the biases Qwen2 cannot hold are
 // dropped, with a warning when they are not zero.
 TEST(HfConvert, Qwen2ExportWarnsAboutBiasesItCannotHold) {

@@ -84,6 +84,7 @@ TEST(SftPacking, JsonlFormsAndTheirErrors) {
     testing::expect_error([&] { read_sft_jsonl(bad.string()); }, all);
   };
   refused("{\"prompt\": \"p\"", {"not JSON"});
+  refused("{\"prompt\": 1" + std::string(400, '4') + "}", {"not JSON", "number overflow"});  // beyond a double
   refused(R"({"prompt": "p"})", {"\"prompt\" and \"response\""});
   refused(R"({"messages": {"role": "user"}})", {"must be a list"});
   refused(R"({"messages": [{"role": "user", "content": 3}]})", {"messages[0]", "\"content\" must be a string"});

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <vector>
 
 #include "harness.h"
 #include "megatron/data/tokenizers/tokenizer.h"
@@ -65,6 +66,10 @@ TEST_F(TokenizerFiles, HuggingFaceAddedTokenIdsStayBelowInt32Max) {
   write(dir_ / "tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a\u001b": -1}, "merges": []}})");
   testing::expect_error([&] { make_tokenizer({.type = "HuggingFaceTokenizer", .tokenizer_model = (dir_ / "tokenizer.json").string()}); },
                         {"model.vocab.\"a\\x1b\": token id -1 is outside"});
+  // A number beyond a double ends nlohmann's parse with out_of_range, not parse_error (the fuzzer's finding).
+  write(dir_ / "tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 1e400}, "merges": []}})");
+  testing::expect_error([&] { make_tokenizer({.type = "HuggingFaceTokenizer", .tokenizer_model = (dir_ / "tokenizer.json").string()}); },
+                        {"tokenizer.json: JSON not readable", "number overflow"});
 }
 
 TEST_F(TokenizerFiles, TiktokenRanksFarBeyondTheFileAndNonListJsonAreRefused) {
@@ -77,6 +82,49 @@ TEST_F(TokenizerFiles, TiktokenRanksFarBeyondTheFileAndNonListJsonAreRefused) {
   write(dir_ / "ranks", byte_ranks() + "!!\x07 300\n");
   testing::expect_error([&] { make_tokenizer({.type = "TikTokenizer", .tokenizer_model = (dir_ / "ranks").string()}); },
                         {"ranks:257: invalid base64 \"!!\\x07\""});
+}
+
+// A sentencepiece ModelProto in protobuf's wire format: pieces (field 1) of {piece (1), score (2), type (3)},
+// plus `extra` bytes appended as they are.
+std::string spm_model(const std::vector<std::string>& pieces, const std::string& extra = "") {
+  auto length = [](size_t n) {  // a varint
+    std::string out;
+    do {
+      out += char((n & 0x7F) | (n > 0x7F ? 0x80 : 0));
+      n >>= 7;
+    } while (n > 0);
+    return out;
+  };
+  std::string model;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    std::string piece = "\x0a" + length(pieces[i].size()) + pieces[i];
+    piece += std::string("\x15\x00\x00\x80\xbf", 5);            // score -1.0f
+    piece += std::string("\x18") + char(i == 0 ? 2 : 1);           // <unk> is UNKNOWN, the rest NORMAL
+    model += "\x0a" + length(piece.size()) + piece;
+  }
+  return model + extra;
+}
+
+// libsentencepiece ends the process (its trie builder throws through the library) on a piece that holds a NUL
+// byte -- the fuzzer's finding -- or is empty: both refused before the library sees them. The check walks
+// groups and unknown fields as protobuf allows, and leaves malformed bytes to the library's own status.
+TEST(SentencePieceModelFile, PiecesTheLibraryCannotHoldAreRefusedByIndex) {
+  if (!tokenizer_available("SentencePieceTokenizer")) GTEST_SKIP() << "this build has no sentencepiece";
+  const fs::path dir = testing::make_temp_dir("spm_model");
+  const std::string path = (dir / "tokenizer.model").string();
+  auto load = [&] { make_tokenizer({.type = "SentencePieceTokenizer", .tokenizer_model = path}); };
+  write(path, spm_model({"<unk>", "a", std::string("b\0c", 3)}));
+  testing::expect_error(load, {"tokenizer.model: piece 2 (\"b\\x00c\") holds a NUL byte"});
+  write(path, spm_model({"<unk>", "", "a"}));
+  testing::expect_error(load, {"tokenizer.model: piece 1 is empty"});
+  // After a group (field 5, wire types 3 and 4) holding a nested group and a varint: still seen.
+  const std::string group = std::string("\x2b\x33\x08\x01\x34\x2c", 6);
+  write(path, group + spm_model({"<unk>", std::string(1, '\0')}));
+  testing::expect_error(load, {"piece 1", "holds a NUL byte"});
+  // Malformed bytes (a length past the end) are the library's to refuse, with its status.
+  write(path, spm_model({"<unk>", "a"}) + "\x0a\x7f");
+  testing::expect_error(load, {"SentencePieceTokenizer: cannot load", "tokenizer.model"});
+  fs::remove_all(dir);
 }
 
 }  // namespace

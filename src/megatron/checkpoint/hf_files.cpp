@@ -6,6 +6,7 @@
 #include "megatron/checkpoint/safetensors.h"
 #include "megatron/core/error.h"
 #include "megatron/core/progress.h"
+#include "megatron/core/quoted_bytes.h"
 
 namespace megatron::checkpoint {
 namespace fs = std::filesystem;
@@ -24,10 +25,27 @@ json read_hf_config(const fs::path& dir) {
 TensorMap read_hf_weights(const fs::path& dir) {
   std::vector<fs::path> files;
   if (fs::exists(dir / "model.safetensors.index.json")) {
-    std::ifstream f(dir / "model.safetensors.index.json");
-    json index = json::parse(f);
+    const fs::path index_path = dir / "model.safetensors.index.json";
+    std::ifstream f(index_path);
+    MEGATRON_CHECK(f.good(), "convert: cannot open ", index_path.string());
+    json index;
+    try {
+      index = json::parse(f);
+    } catch (const json::exception& e) {
+      MEGATRON_FAIL("convert: ", index_path.string(), " is not valid JSON: ", e.what());
+    }
+    const auto map = index.is_object() ? index.find("weight_map") : index.end();
+    MEGATRON_CHECK(map != index.end() && map->is_object(), "convert: ", index_path.string(),
+                   " needs a \"weight_map\" object (tensor name -> file)");
     std::set<std::string> names;
-    for (const auto& [k, v] : index.at("weight_map").items()) names.insert(v.get<std::string>());
+    for (const auto& [k, v] : map->items()) {
+      MEGATRON_CHECK(v.is_string(), "convert: ", index_path.string(), ": weight_map.", quoted_bytes(k),
+                     " must name a file (it is ", v.type_name(), ")");
+      const std::string name = v.get<std::string>();
+      MEGATRON_CHECK(!name.empty() && fs::path(name).filename() == fs::path(name), "convert: ", index_path.string(),
+                     ": weight_map.", quoted_bytes(k), " must name a file in ", dir.string(), ", got ", quoted_bytes(name));
+      names.insert(name);
+    }
     for (const std::string& n : names) files.push_back(dir / n);
   } else {
     MEGATRON_CHECK(fs::exists(dir / "model.safetensors"), "convert: ", dir.string(),

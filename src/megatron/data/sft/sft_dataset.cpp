@@ -57,7 +57,7 @@ std::vector<std::vector<std::vector<ChatMessage>>> read_sft_jsonl(const std::str
     Json j;
     try {
       j = Json::parse(text);
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // malformed, or a number beyond what a double holds
       MEGATRON_FAIL(where, ": not JSON (", e.what(), ")");
     }
     lines.push_back(conversations_of(j, where));

@@ -27,6 +27,8 @@ Json load_json_file(const std::string& path) {
     return Json::parse(buffer.str());
   } catch (const Json::parse_error& e) {
     MEGATRON_FAIL(path, ": malformed JSON at byte ", e.byte, ": ", e.what());
+  } catch (const Json::exception& e) {  // a number out of range while parsing (out_of_range 406), ...
+    MEGATRON_FAIL(path, ": JSON not readable: ", e.what());
   }
 }
 

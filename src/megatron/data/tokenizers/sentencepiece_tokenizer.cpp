@@ -2,15 +2,26 @@
 
 #include <sentencepiece_processor.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "megatron/core/error.h"
 #include "megatron/data/tokenizers/families.h"
+#include "megatron/data/tokenizers/sentencepiece_model_check.h"
 #include "megatron/data/utf8.h"
 
 namespace megatron::data {
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-  const auto status = sp_->Load(model_file);
+  std::ifstream in(model_file, std::ios::binary);
+  MEGATRON_CHECK(in.good(), "SentencePieceTokenizer: cannot open ", model_file);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  MEGATRON_CHECK(!in.bad(), "SentencePieceTokenizer: cannot read ", model_file);
+  const std::string model = std::move(bytes).str();
+  check_sentencepiece_pieces(model, model_file);  // what the library would end the process on
+  const auto status = sp_->LoadFromSerializedProto(model);
   MEGATRON_CHECK(status.ok(), "SentencePieceTokenizer: cannot load ", model_file, ": ", status.ToString());
 }
 
