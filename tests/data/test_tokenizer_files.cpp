@@ -56,6 +56,11 @@ TEST_F(TokenizerFiles, Gpt2IdsOutsideInt32AreRefused) {
       [&] { make_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = (dir_ / "vocab.json").string(),
                             .merge_file = (dir_ / "merges.txt").string()}); },
       {"merges.txt:1: a merge must be two tokens separated by one space, got \"a\\x1b[2Jb\""});
+  write(dir_ / "vocab.json", R"({"a": 0, "b": -5e999})");  // beyond a double: the fuzzer's finding
+  testing::expect_error(
+      [&] { make_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = (dir_ / "vocab.json").string(),
+                            .merge_file = (dir_ / "merges.txt").string()}); },
+      {"vocab.json: JSON not readable", "number overflow"});
 }
 
 TEST_F(TokenizerFiles, HuggingFaceAddedTokenIdsStayBelowInt32Max) {
