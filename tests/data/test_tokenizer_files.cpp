@@ -84,6 +84,10 @@ TEST_F(TokenizerFiles, TiktokenRanksFarBeyondTheFileAndNonListJsonAreRefused) {
   write(dir_ / "ranks", R"({"rank": 0, "token_bytes": "IQ=="})");
   testing::expect_error([&] { make_tokenizer({.type = "TikTokenizer", .tokenizer_model = (dir_ / "ranks").string()}); },
                         {"ranks: a JSON ranks file must be a list", "it is object"});
+  // A negative rank once sized the rank table from -1 (the fuzzer's finding at 958,686 inputs).
+  write(dir_ / "ranks", R"([{"rank": 0, "token_bytes": "IQ=="}, {"rank": -2, "token_bytes": "Ig=="}])");
+  testing::expect_error([&] { make_tokenizer({.type = "TikTokenizer", .tokenizer_model = (dir_ / "ranks").string()}); },
+                        {"ranks: [1].rank: a rank must not be negative, got -2"});
   write(dir_ / "ranks", byte_ranks() + "!!\x07 300\n");
   testing::expect_error([&] { make_tokenizer({.type = "TikTokenizer", .tokenizer_model = (dir_ / "ranks").string()}); },
                         {"ranks:257: invalid base64 \"!!\\x07\""});

@@ -48,7 +48,9 @@ std::vector<std::pair<std::string, int64_t>> read_json_ranks(const std::string& 
     const JsonWhere w{path, str_cat("[", i, "]")};
     const std::string b64 = json_string(json_member(list[i], "token_bytes", w), w.child("token_bytes"));
     MEGATRON_CHECK(base64_decode(b64, bytes), w.child("token_bytes").str(), ": invalid base64 ", quoted_bytes(b64));
-    entries.emplace_back(bytes, json_int(json_member(list[i], "rank", w), w.child("rank")));
+    const int64_t rank = json_int(json_member(list[i], "rank", w), w.child("rank"));
+    MEGATRON_CHECK(rank >= 0, w.child("rank").str(), ": a rank must not be negative, got ", rank);
+    entries.emplace_back(bytes, rank);
   }
   return entries;
 }
