@@ -130,6 +130,17 @@ TEST(SentencePieceModelFile, PiecesTheLibraryCannotHoldAreRefusedByIndex) {
   const std::string group = std::string("\x2b\x33\x08\x01\x34\x2c", 6);
   write(path, group + spm_model({"<unk>", std::string(1, '\0')}));
   testing::expect_error(load, {"piece 1", "holds a NUL byte"});
+  // Groups nested deeper than protobuf's own limit (100) end the walk without recursion, however deep (here
+  // 200,000 levels in 1.2 MB); the library refuses them with its status, the NUL piece after them unread.
+  std::string deep;
+  for (int i = 0; i < 200000; ++i) deep += "\x2b";  // open group 5
+  for (int i = 0; i < 200000; ++i) deep += "\x2c";  // close it
+  write(path, spm_model({"<unk>"}) + deep + spm_model({"<unk>", std::string(1, '\0')}));
+  testing::expect_error(load, {"SentencePieceTokenizer: cannot load", "tokenizer.model"});
+  testing::expect_error([&] { make_tokenizer({.type = "SentencePieceTokenizer", .tokenizer_model = dir.string()}); },
+                        {"SentencePieceTokenizer: ", "spm_model is not a regular file"});
+  testing::expect_error([&] { make_tokenizer({.type = "SentencePieceTokenizer", .tokenizer_model = path + ".missing"}); },
+                        {"tokenizer.model.missing: no such file"});
   // Malformed bytes (a length past the end) are the library's to refuse, with its status.
   write(path, spm_model({"<unk>", "a"}) + "\x0a\x7f");
   testing::expect_error(load, {"SentencePieceTokenizer: cannot load", "tokenizer.model"});

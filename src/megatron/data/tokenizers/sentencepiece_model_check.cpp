@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "megatron/core/error.h"
 #include "megatron/core/quoted_bytes.h"
@@ -10,7 +11,7 @@ namespace megatron::data {
 namespace {
 
 // One protobuf message's fields, read front to back (https://protobuf.dev/programming-guides/encoding/).
-// Every read is bounds-checked; a malformed message ends the walk (ok() false) rather than throwing.
+// Every read is bounds-checked; a malformed message ends the walk rather than throwing.
 class WireReader {
  public:
   explicit WireReader(std::string_view bytes) : bytes_(bytes) {}
@@ -21,20 +22,23 @@ class WireReader {
     std::string_view bytes;  // length-delimited fields: the payload
   };
 
-  // The next field, or nothing at the end of the message or on malformed bytes (then ok() is false).
+  // The next field, or nothing at the end of the message or on malformed bytes (the walk then stops).
   std::optional<Field> next() {
-    if (!ok_ || pos_ == bytes_.size()) return std::nullopt;
+    if (malformed_ || pos_ == bytes_.size()) return std::nullopt;
     const std::optional<uint64_t> key = varint();
     if (!key) return fail();
     Field f{.number = *key >> 3, .wire_type = int(*key & 7)};
-    if (f.number == 0 || !skip_value(f)) return fail();
+    if (f.number == 0 || !(f.wire_type == 3 ? skip_group(f.number) : skip_value(f))) return fail();
     return f;
   }
-  bool ok() const { return ok_; }
 
  private:
+  // Groups deeper than this are left to the library (protobuf's own parser stops at 100 levels too); a
+  // bound, so that nesting in a large file cannot exhaust the stack or the time here.
+  static constexpr size_t kMaxGroupDepth = 100;
+
   std::optional<Field> fail() {
-    ok_ = false;
+    malformed_ = true;
     return std::nullopt;
   }
   std::optional<uint64_t> varint() {
@@ -51,7 +55,7 @@ class WireReader {
     pos_ += size_t(n);
     return true;
   }
-  // Moves past f's value (a group: past its matching end, nested groups included); keeps a payload's bytes.
+  // Moves past f's value (not a group); keeps a length-delimited field's payload.
   bool skip_value(Field& f) {
     switch (f.wire_type) {
       case 0: return varint().has_value();
@@ -64,22 +68,34 @@ class WireReader {
         pos_ += size_t(*n);
         return true;
       }
-      case 3: {  // a group: fields until the end-group key of the same number
-        for (;;) {
-          const std::optional<uint64_t> key = varint();
-          if (!key) return false;
-          Field inner{.number = *key >> 3, .wire_type = int(*key & 7)};
-          if (inner.wire_type == 4) return inner.number == f.number;
-          if (inner.number == 0 || !skip_value(inner)) return false;
-        }
-      }
-      default: return false;  // 4 (an end without a start), 6, 7
+      default: return false;  // 3 and 4 are groups' (skip_group), 6 and 7 do not exist
     }
+  }
+  // Moves past the group `number` just opened, through its matching end (nested groups by a stack of their
+  // numbers, not by recursion).
+  bool skip_group(uint64_t number) {
+    std::vector<uint64_t> open{number};
+    while (!open.empty()) {
+      const std::optional<uint64_t> key = varint();
+      if (!key) return false;
+      Field inner{.number = *key >> 3, .wire_type = int(*key & 7)};
+      if (inner.number == 0) return false;
+      if (inner.wire_type == 4) {
+        if (inner.number != open.back()) return false;
+        open.pop_back();
+      } else if (inner.wire_type == 3) {
+        if (open.size() == kMaxGroupDepth) return false;
+        open.push_back(inner.number);
+      } else if (!skip_value(inner)) {
+        return false;
+      }
+    }
+    return true;
   }
 
   std::string_view bytes_;
   size_t pos_ = 0;
-  bool ok_ = true;
+  bool malformed_ = false;
 };
 
 constexpr uint64_t kModelPieces = 1;  // ModelProto.pieces (repeated SentencePiece)

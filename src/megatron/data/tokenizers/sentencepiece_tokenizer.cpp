@@ -2,6 +2,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -14,6 +15,9 @@ namespace megatron::data {
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+  std::error_code error;  // a directory opens as a stream and reads as empty: named here, not as an empty model
+  MEGATRON_CHECK(std::filesystem::is_regular_file(model_file, error), "SentencePieceTokenizer: ", model_file,
+                 std::filesystem::exists(model_file, error) ? " is not a regular file" : ": no such file");
   std::ifstream in(model_file, std::ios::binary);
   MEGATRON_CHECK(in.good(), "SentencePieceTokenizer: cannot open ", model_file);
   std::ostringstream bytes;
