@@ -92,7 +92,6 @@ done
 for f in "$OUT"/ep_*.log; do  # the last timer report of each run: computes and the token exchanges
   [ -f "$f" ] || continue
   echo "-- $(basename "$f" .log | sed 's/^ep_//'): last timer report (ms per iteration, (min, max) over ranks)"
-  tac "$f" | awk '/time across ranks \(ms\):/ {exit} {print}' | tac |
-    grep -E "forward-backward |forward-compute|backward-compute|all-grads-sync|moe-" | sed 's/\.\.\.*//'
+  last_timer_report "$f" "forward-backward |forward-compute|backward-compute|all-grads-sync|moe-"
 done
 exit 0

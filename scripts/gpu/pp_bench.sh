@@ -149,7 +149,6 @@ done
 for f in "$OUT"/pp_8b_steady_*.log; do  # the last timer report of the steady runs: each stage's compute and waits
   [ -f "$f" ] || continue
   echo "-- $(basename "$f" .log | sed 's/^pp_8b_//'): last timer report (ms per iteration, (min, max) over ranks)"
-  tac "$f" | awk '/time across ranks \(ms\):/ {exit} {print}' | tac |
-    grep -E "forward-backward |forward-compute|backward-compute|-recv|-send" | sed 's/\.\.\.*//'
+  last_timer_report "$f" "forward-backward |forward-compute|backward-compute|-recv|-send"
 done
 exit 0
