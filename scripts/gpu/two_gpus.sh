@@ -1,5 +1,6 @@
 # Sourced by the two-GPU benchmark scripts (scripts/gpu/*_bench.sh), from the repository root: the log folder
-# $OUT (default ./gpu-out), the environment every two-rank run needs, and MPI, the launcher line; last_timer_report reads a log's last timer report.
+# $OUT (default ./gpu-out), the environment every two-rank run needs, MPI (the launcher line) and
+# last_timer_report.
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0   # never use NVLink multicast on shared machines
