@@ -25,6 +25,9 @@ command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
 LAUNCHER=()
 if command -v ccache >/dev/null 2>&1; then  # paths hashed relative to the clone, as scripts/test.sh does
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  # This configuration compiles with line tables (-g), for which ccache also hashes the working directory
+  # unless told not to: without this, a clone at another path would compile everything anew.
+  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
   LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 
