@@ -10,8 +10,12 @@
 #   offload   mbs 4, gbs 32, --deterministic-mode: none, --optimizer-cpu-offload at fractions 1.0 and 0.5 (the
 #             losses must agree to ~1e-6: the host update runs in double, the device's in fp32), and a checkpoint
 #             saved with offload
+#   overlap   mbs 4, gbs 32, --deterministic-mode --overlap-grad-reduce: none, and offload 1.0 and 0.5 each without
+#             and with --overlap-cpu-optimizer-d2h-h2d (the overlapped runs must log the same numbers as the plain
+#             offload: the same copies and the same host arithmetic, only on other streams and earlier)
 #   offload8b Llama-3-8B's shape (32 layers) with full recomputation and OFFLOAD8B_FRACTION (default 0.6) of the
-#             optimizer state offloaded, mbs 1, gbs 8, seq 4096 (an H200: 141 GB; the host holds ~128 GiB)
+#             optimizer state offloaded, mbs 1, gbs 8, seq 4096 (an H200: 141 GB; the host holds ~128 GiB);
+#             OFFLOAD8B_EXTRA: more flags (e.g. "--overlap-grad-reduce --overlap-cpu-optimizer-d2h-h2d")
 # Logs under $OUT.
 #   scripts/gpu/memory_bench.sh bitwise speed big offload
 set -uo pipefail
@@ -72,12 +76,25 @@ for stage in "$@"; do
       done
       grep -h "offloaded to host" "$OUT/off_1.0.log" | head -1
       ls "$OUT/ckpt-offload" 2>&1 | head -3 ;;
+    overlap)
+      OV=(--micro-batch-size 4 --global-batch-size 32 --deterministic-mode --overlap-grad-reduce)
+      run ov_none "${OV[@]}"
+      for f in 1.0 0.5; do
+        run ov_$f "${OV[@]}" --optimizer-cpu-offload --optimizer-offload-fraction $f
+        run ov_${f}_overlap "${OV[@]}" --optimizer-cpu-offload --optimizer-offload-fraction $f \
+          --overlap-cpu-optimizer-d2h-h2d
+        if [ -n "$(numbers ov_$f)" ] && [ "$(numbers ov_$f)" = "$(numbers ov_${f}_overlap)" ]; then
+          echo "offload $f overlapped: identical to plain offload ($(numbers ov_$f | wc -l) iterations)"
+        else
+          echo "offload $f overlapped: DIFFERS from plain offload"; diff <(numbers ov_$f) <(numbers ov_${f}_overlap) | head -4
+        fi
+      done ;;
     offload8b)
       L8B=(--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --num-query-groups 8 --ffn-hidden-size 14336
            --seq-length 4096 --max-position-embeddings 4096 --vocab-size 128256 --rotary-base 500000)
       timeout 400 build-gpu/tools/pretrain_gpt "${LLAMA[@]}" "${L8B[@]}" --micro-batch-size 1 --global-batch-size 8 \
         --train-iters 4 "${FULL[@]}" --optimizer-cpu-offload --optimizer-offload-fraction "${OFFLOAD8B_FRACTION:-0.6}" \
-        >"$OUT/offload8b.log" 2>&1
+        ${OFFLOAD8B_EXTRA:-} >"$OUT/offload8b.log" 2>&1
       grep -E "parameters:|optimizer state|iteration +[1-4]/|peak allocated|error|out of memory" "$OUT/offload8b.log" |
         cut -c1-330 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;

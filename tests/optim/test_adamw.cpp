@@ -1,7 +1,8 @@
 // The AdamW class on the CPU against a scalar double implementation of decoupled-weight-decay Adam over
 // several steps, with weight decay on for some parameters and off for others, a changing lr, a grad scale;
 // fp64 parameters (their own masters, tight tolerance), fp32 parameters (aliased masters) and bf16
-// parameters (fp32 masters, the bf16 weights equal to the rounded masters).
+// parameters (fp32 masters, the bf16 weights equal to the rounded masters). CPU offload, and on a GPU the offload's
+// overlapped transfers against the plain ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -191,6 +192,65 @@ TEST(AdamW, RejectsMismatchedGradients) {
   p.param = ctx.empty(Shape{4}, DType::F32);
   p.main_grad = ctx.empty(Shape{5}, DType::F32);
   testing::expect_error([&] { AdamW(ctx, {p}); }, {"params[0]", "main_grad"});
+}
+
+// On a GPU, --overlap-cpu-optimizer-d2h-h2d (copies on side streams, the host updating entry by entry, gradient
+// copies handed over early by prefetch_gradients) leaves the same bits as the plain offload, whose copies are
+// synchronous on ctx's stream. Per round: the gradients are written on ctx's stream, entries 0-2 are announced final
+// (entry 1 excepted: its gradient changes afterwards, as finalize_model_grads changes a norm's), entry 1's gradient
+// is then doubled, and the next round's gradients overwrite them all right after the step. Round 3 is a skipped
+// update (prefetched, then discarded): round 4 must copy every gradient again. A copy taken before its gradient is
+// final, one not waited for, or a stale one left from round 3 changes the weights.
+TEST(AdamWGpu, OverlappedOffloadTransfersEqualThePlainOffload) {
+  MEGATRON_REQUIRE_GPU();
+  Context& ctx = testing::cuda_context();
+  Context& cpu = cpu_context();
+  const std::vector<int64_t> sizes = {33 * 4096, 517, 70001, 3, 1 << 18};
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  for (double fraction : {1.0, 0.3}) {  // every entry; entries 0-2 (the rest update on the GPU)
+    SCOPED_TRACE(str_cat("offload fraction ", fraction));
+    std::vector<Tensor> grads;
+    std::vector<std::vector<AdamWParam>> lists(2);
+    for (auto& list : lists) {
+      grads.push_back(ctx.empty({total}, DType::F32));
+      int64_t at = 0;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        Tensor host = cpu.empty({sizes[i]}, DType::BF16);
+        fill_random(host, 700 + i, -1, 1);
+        AdamWParam p;
+        p.param = ctx.empty({sizes[i]}, DType::BF16);
+        copy_tensor(ctx, p.param, host);
+        p.main_grad = grads.back().slice(at, at + sizes[i]);
+        p.no_weight_decay = i == 3;
+        p.grad_changes_after_reduction = i == 1;
+        list.push_back(p);
+        at += sizes[i];
+      }
+    }
+    AdamW plain(ctx, lists[0], {.offload_fraction = fraction});
+    AdamW overlapped(ctx, lists[1], {.offload_fraction = fraction, .overlap_offload_transfers = true});
+    ASSERT_EQ(plain.offloaded_entries(), overlapped.offloaded_entries());
+    ASSERT_GE(overlapped.offloaded_entries(), 3u);
+    Tensor host_grads = cpu.empty({total}, DType::F32);
+    for (int round = 1; round <= 5; ++round) {
+      fill_normal(host_grads, 90 + round, 0.1);
+      for (const Tensor& g : grads) copy_tensor(ctx, g, host_grads);
+      overlapped.prefetch_gradients(ctx, grads[1].slice(0, sizes[0] + sizes[1] + sizes[2]), ctx.stream());
+      for (const auto& list : lists) ops::scale(ctx, list[1].main_grad, list[1].main_grad, 2.0);
+      overlapped.join_gradient_prefetches(ctx);
+      if (round == 3) {
+        overlapped.discard_gradient_prefetches();
+        continue;
+      }
+      plain.step(ctx, 1e-2, 0.1, 0.7f);
+      overlapped.step(ctx, 1e-2, 0.1, 0.7f);
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      EXPECT_EQ(to_doubles(ctx, lists[0][i].param), to_doubles(ctx, lists[1][i].param)) << "entry " << i;
+      EXPECT_EQ(to_doubles(ctx, plain.master(i)), to_doubles(ctx, overlapped.master(i))) << "entry " << i;
+    }
+  }
 }
 
 }  // namespace

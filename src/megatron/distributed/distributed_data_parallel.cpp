@@ -148,6 +148,7 @@ void DistributedDataParallel::start_bucket(Context& ctx, size_t b, size_t k) {
   } else {
     group.all_reduce(grads, op, stream);
   }
+  if (bucket_reduced_) bucket_reduced_(ctx, grads, stream);
 }
 
 comm::ReduceOp DistributedDataParallel::reduce_op(Context& ctx, size_t b, const Tensor& grads) {

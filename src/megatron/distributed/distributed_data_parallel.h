@@ -55,6 +55,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -98,6 +99,12 @@ class DistributedDataParallel {
 
   void zero_grads(Context& ctx);
   void on_grads_final(Context& ctx, const nn::ParameterList& params);
+  // Told once per bucket and iteration, right after the bucket's reduction is queued (during the backward with
+  // --overlap-grad-reduce, else in finish_grad_sync): the bucket's gradients (with the distributed optimizer only
+  // this rank's shard of them is meaningful) and the stream on which they are final once the work queued there so
+  // far has run. Not told with FSDP's sharded gradients (each backward reduces its own).
+  using BucketReduced = std::function<void(Context& ctx, const Tensor& grads, StreamHandle stream)>;
+  void on_bucket_reduced(BucketReduced listener) { bucket_reduced_ = std::move(listener); }
   void finish_grad_sync(Context& ctx);
 
   // FSDP around each use of a unit (see above); no-ops for what persists whole.
@@ -168,6 +175,7 @@ class DistributedDataParallel {
     int gathered_event = -1;  // CUDA: the event marking values' all-gather on the communication stream
   };
   std::vector<std::vector<InUse>> in_use_;  // per buffer, per bucket
+  BucketReduced bucket_reduced_;
   struct Streams;  // CUDA stream and events (CUDA builds)
   std::unique_ptr<Streams> streams_;
 };

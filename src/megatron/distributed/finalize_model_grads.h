@@ -34,6 +34,12 @@ struct ModelGradGroups {
 void finalize_model_grads(Context& ctx, DistributedDataParallel& ddp, const nn::ParameterList& params,
                           const ModelGradGroups& groups, Timers* timers = nullptr);
 
+// Whether steps 2-3 still change p's gradient after its data-parallel reduction (step 1): what reads a bucket's
+// gradients as soon as it is reduced must leave such a parameter's alone.
+inline bool grad_changes_after_reduction(const nn::Parameter& p) {
+  return p.placement.grad_partial_over_tp || p.placement.shared_embedding;
+}
+
 // Sums the main grads of `params` over `group` with one all-reduce of their packed values (ctx's stream).
 void all_reduce_grads(Context& ctx, const nn::ParameterList& params, comm::Communicator& group);
 

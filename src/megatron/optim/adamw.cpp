@@ -5,6 +5,11 @@
 #include "megatron/core/error.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/ops/optimizer/optimizer.h"
+#include "megatron/optim/offload_transfer_streams.h"
+
+#if MEGATRON_WITH_CUDA
+#include "megatron/core/cuda_check.h"
+#endif
 
 namespace megatron::optim {
 
@@ -48,7 +53,12 @@ AdamW::AdamW(Context& ctx, std::vector<AdamWParam> params, const AdamWOptions& o
     ops::fill(ctx, e.exp_avg_sq, 0.0);
     entries_.push_back(std::move(e));
   }
+  if (overlapped(ctx) && offloaded_entries() > 0) streams_ = std::make_unique<TransferStreams>(entries_.size());
 }
+
+AdamW::~AdamW() = default;
+AdamW::AdamW(AdamW&&) noexcept = default;
+AdamW& AdamW::operator=(AdamW&&) noexcept = default;
 
 void AdamW::step(Context& ctx, double lr, double weight_decay, float grad_scale) {
   if (fence_) {  // an asynchronous reader of the state (--async-save's copies) goes first
@@ -84,8 +94,73 @@ void AdamW::step(Context& ctx, double lr, double weight_decay, float grad_scale)
     t.weight_decay = e.source.no_weight_decay ? 0.0f : float(weight_decay);
     tensors.push_back(std::move(t));
   }
+  // Overlapped: the remaining gradient copies are queued before the device update, so they run beside it.
+  if (overlapped(ctx) && !offloaded.empty()) {
+#if MEGATRON_WITH_CUDA
+    streams_->ready.record(ctx.stream());
+    streams_->to_host.wait(streams_->ready.get());
+    streams_->to_device.wait(streams_->ready.get());
+#endif
+    for (size_t i : offloaded) copy_gradient_to_host(ctx, i);
+  }
   if (!tensors.empty()) ops::adamw_step(ctx, tensors, config);
   if (!offloaded.empty()) step_offloaded(ctx, offloaded, config, weight_decay);
+}
+
+void AdamW::copy_gradient_to_host(Context& ctx, size_t i) {
+  Entry& e = entries_[i];
+  if (e.grad_copied) return;
+  e.grad_copied = true;
+  copy_order_.push_back(i);
+  const Tensor grad = e.source.main_grad.view({e.source.main_grad.numel()});
+  if (!overlapped(ctx)) {
+    copy_tensor(ctx, e.grad_host, grad);  // waits for ctx's stream on CUDA
+    return;
+  }
+#if MEGATRON_WITH_CUDA
+  CUDA_CHECK_MSG(cudaMemcpyAsync(e.grad_host.data_ptr(), grad.data_ptr(), grad.nbytes(), cudaMemcpyDeviceToHost,
+                                 streams_->to_host.get()),
+                 " (offloaded gradient ", grad.describe(), " -> host)");
+  streams_->copied[i]->record(streams_->to_host.get());
+#endif
+}
+
+void AdamW::prefetch_gradients(Context& ctx, const Tensor& region, StreamHandle stream) {
+  if (!options_.overlap_offload_transfers || offloaded_entries() == 0) return;
+  const auto* lo = static_cast<const char*>(region.data_ptr());
+  const auto* hi = lo + region.nbytes();
+  bool ordered = false;  // the copy stream waits for `stream` once, before the first copy
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    if (!e.on_host || e.grad_copied || e.source.grad_changes_after_reduction) continue;
+    const auto* g = static_cast<const char*>(e.source.main_grad.data_ptr());
+    if (g < lo || g + e.source.main_grad.nbytes() > hi) continue;
+#if MEGATRON_WITH_CUDA
+    if (overlapped(ctx) && !ordered) {
+      streams_->ready.record(stream);
+      streams_->to_host.wait(streams_->ready.get());
+    }
+#else
+    (void)stream;
+#endif
+    ordered = true;
+    copy_gradient_to_host(ctx, i);
+  }
+}
+
+void AdamW::join_gradient_prefetches(Context& ctx) {
+#if MEGATRON_WITH_CUDA
+  if (!overlapped(ctx) || copy_order_.empty()) return;
+  streams_->to_host_done.record(streams_->to_host.get());
+  CUDA_CHECK(cudaStreamWaitEvent(ctx.stream(), streams_->to_host_done.get(), 0));
+#else
+  (void)ctx;
+#endif
+}
+
+void AdamW::discard_gradient_prefetches() {
+  for (size_t i : copy_order_) entries_[i].grad_copied = false;
+  copy_order_.clear();
 }
 
 Context& AdamW::host(Context& ctx) {
@@ -113,16 +188,18 @@ void AdamW::offload(Context& ctx, Entry& e) {
   ops::fill(cpu, e.exp_avg_sq, 0.0);
 }
 
-// The offloaded entries: their gradients to the host (copy_tensor into host memory waits for the device, so the
-// gradients are final), one CPU AdamW over them writing the rounded parameters into the host staging, and those
-// back to the device on ctx's stream (the staging is not written again before the next step's gradient copy,
-// which waits for the stream).
+// The offloaded entries. Plain: their gradients to the host (copy_tensor into host memory waits for the device,
+// so the gradients are final), one CPU AdamW over them writing the rounded parameters into the host staging, and
+// those back to the device on ctx's stream (the staging is not written again before the next step's gradient
+// copy, which waits for the stream). Overlapped (CUDA): step() queued every gradient copy on the device-to-host
+// stream; entry by entry, in the order the copies were queued, the host waits for the entry's copy, updates it
+// and queues its parameter's copy back on the host-to-device stream, so the transfers of one entry run while the
+// host updates another; ctx's stream then waits for the last copy back. The staging is safe the same way: the next
+// round's gradient copies wait for ctx's stream, which waited for these copies back.
 void AdamW::step_offloaded(Context& ctx, const std::vector<size_t>& entries, const ops::AdamWConfig& config,
                            double weight_decay) {
-  std::vector<ops::AdamParamGroupTensors> tensors;
-  for (size_t i : entries) {
+  const auto host_tensors = [&](size_t i) {
     Entry& e = entries_[i];
-    copy_tensor(ctx, e.grad_host, e.source.main_grad.view({e.source.main_grad.numel()}));
     ops::AdamParamGroupTensors t;
     t.param = e.master;
     t.exp_avg = e.exp_avg;
@@ -130,11 +207,33 @@ void AdamW::step_offloaded(Context& ctx, const std::vector<size_t>& entries, con
     t.grad = e.grad_host;
     t.model_param = e.param_host;
     t.weight_decay = e.source.no_weight_decay ? 0.0f : float(weight_decay);
-    tensors.push_back(std::move(t));
+    return t;
+  };
+  if (!overlapped(ctx)) {
+    std::vector<ops::AdamParamGroupTensors> tensors;
+    for (size_t i : entries) {
+      copy_gradient_to_host(ctx, i);
+      tensors.push_back(host_tensors(i));
+    }
+    ops::adamw_step(host(ctx), tensors, config);
+    for (size_t i : entries) copy_tensor(ctx, entries_[i].source.param.view({entries_[i].source.param.numel()}),
+                                         entries_[i].param_host);
+    discard_gradient_prefetches();
+    return;
   }
-  ops::adamw_step(host(ctx), tensors, config);
-  for (size_t i : entries) copy_tensor(ctx, entries_[i].source.param.view({entries_[i].source.param.numel()}),
-                                       entries_[i].param_host);
+#if MEGATRON_WITH_CUDA
+  for (size_t i : copy_order_) {
+    Entry& e = entries_[i];
+    streams_->copied[i]->synchronize();
+    ops::adamw_step(host(ctx), {host_tensors(i)}, config);
+    CUDA_CHECK_MSG(cudaMemcpyAsync(e.source.param.data_ptr(), e.param_host.data_ptr(), e.param_host.nbytes(),
+                                   cudaMemcpyHostToDevice, streams_->to_device.get()),
+                   " (updated offloaded parameter -> ", e.source.param.describe(), ")");
+  }
+  streams_->to_device_done.record(streams_->to_device.get());
+  CUDA_CHECK(cudaStreamWaitEvent(ctx.stream(), streams_->to_device_done.get(), 0));
+#endif
+  discard_gradient_prefetches();
 }
 
 void AdamW::reload_model_params(Context& ctx) {

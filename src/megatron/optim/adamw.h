@@ -26,6 +26,10 @@ struct AdamWParam {
   Tensor param;      // model weights: F32, BF16 or F16 (F64 on the CPU); updated by step()
   Tensor main_grad;  // same numel: F32 (BF16/F16 accepted; F64 on the CPU); read by step()
   bool no_weight_decay = false;
+  // Something still changes this gradient after the data-parallel reduction of its bucket (finalize_model_grads
+  // sums a norm's partial gradients over TP, a shared embedding's over the embedding group), so an offloaded
+  // entry's gradient is not copied to the host early (prefetch_gradients) but at step().
+  bool grad_changes_after_reduction = false;
 };
 
 struct AdamWOptions {
@@ -38,6 +42,12 @@ struct AdamWOptions {
   // to the host, runs the CPU AdamW (double precision inside, as the CPU backend always does) and copies the
   // updated parameters back. 0: none.
   double offload_fraction = 0.0;
+  // --overlap-cpu-optimizer-d2h-h2d (CUDA; accepted and the same arithmetic on the CPU): the offloaded entries'
+  // transfers run on two copy streams of this object instead of ctx's, pipelined with the host update, as
+  // Megatron's HybridDeviceOptimizer does -- each entry's gradient copy, its host update, its parameter's copy back
+  // -- while the device entries update on ctx's stream; and gradients announced final during the backward
+  // (prefetch_gradients) start their copy right then. See step().
+  bool overlap_offload_transfers = false;
 };
 
 class AdamW {
@@ -45,6 +55,9 @@ class AdamW {
   // Allocates on ctx's device: masters (copies of bf16/fp16 params, in fp32) and zeroed moments of the
   // masters' dtype. Every tensor must live on ctx's device.
   AdamW(Context& ctx, std::vector<AdamWParam> params, const AdamWOptions& options = {});
+  ~AdamW();
+  AdamW(AdamW&&) noexcept;
+  AdamW& operator=(AdamW&&) noexcept;
 
   // One update with the scheduled lr and weight decay; gradients are multiplied by grad_scale first (a
   // clip coefficient or 1/loss scale not yet applied). Increments step_count() first.
@@ -55,6 +68,19 @@ class AdamW {
   // next step() calls it once, before it queues anything, with its ctx (the fence queues a stream wait on
   // an event; the host does not wait). A later registration replaces an unused one. (Issue 7.)
   void before_next_update(std::function<void(Context&)> fence) { fence_ = std::move(fence); }
+
+  // Overlapped offload transfers (options().overlap_offload_transfers), one round per iteration:
+  //   prefetch_gradients(ctx, region, stream)  the gradients inside `region` (a view of a gradient buffer) are
+  //       final once the work queued on `stream` so far has run (a bucket's data-parallel reduction): the
+  //       offloaded entries lying in it (except grad_changes_after_reduction ones) start their copy to the host,
+  //       on the device-to-host stream after that work (on the CPU: copied now);
+  //   join_gradient_prefetches(ctx)  ctx's stream waits for those copies (before anything writes the gradients
+  //       again: the trainer calls it once the gradients are finalized);
+  //   step()  updates from the copies and copies the rest itself; discard_gradient_prefetches() forgets a round
+  //       that no step() consumed (a skipped update). Entries copied once are not copied again in the round.
+  void prefetch_gradients(Context& ctx, const Tensor& region, StreamHandle stream);
+  void join_gradient_prefetches(Context& ctx);
+  void discard_gradient_prefetches();
 
   // Copies bf16/fp16 model params into their masters again (after loading model weights).
   void reload_model_params(Context& ctx);
@@ -82,7 +108,13 @@ class AdamW {
     bool has_separate_master = false;
     bool on_host = false;          // offloaded: master and moments in host memory, updated there
     Tensor grad_host, param_host;  // offloaded: the gradient's and the updated parameter's host copies
+    bool grad_copied = false;      // offloaded: grad_host holds this round's gradient (or its copy is queued)
   };
+  // Overlapped transfers on CUDA (offload_transfer_streams.h): the two copy streams and the per-entry events.
+  struct TransferStreams;
+  bool overlapped(const Context& ctx) const { return options_.overlap_offload_transfers && ctx.is_cuda(); }
+  // Queues entry i's gradient copy to the host on the device-to-host stream (or copies it, on the CPU).
+  void copy_gradient_to_host(Context& ctx, size_t i);
   // An offloaded entry's host tensors (master, moments, staging), the master from the parameter's values.
   void offload(Context& ctx, Entry& e);
   // The CPU context the offloaded entries update on: ctx itself on a CPU context.
@@ -91,6 +123,8 @@ class AdamW {
                       double weight_decay);
 
   std::vector<Entry> entries_;
+  std::vector<size_t> copy_order_;  // offloaded entries whose gradient copy is queued, in queuing order
+  std::unique_ptr<TransferStreams> streams_;
   std::unique_ptr<Context> host_ctx_;
   std::function<void(Context&)> fence_;  // before_next_update
   AdamWOptions options_;

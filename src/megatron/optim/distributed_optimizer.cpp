@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "megatron/distributed/finalize_model_grads.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/ops/fp8/fp8.h"
 
@@ -95,7 +96,8 @@ DistributedOptimizer::DistributedOptimizer(Context& ctx, distributed::Distribute
           fp8_shards_.push_back({fp8_index.at(param), master, updated});
           updated = master;
         }
-        ranges.push_back(AdamWParam{updated, buffer.grads_range(lo, hi), param->no_weight_decay});
+        ranges.push_back(AdamWParam{updated, buffer.grads_range(lo, hi), param->no_weight_decay,
+                                    distributed::grad_changes_after_reduction(*param)});
         param_ranges_.push_back({param, lo - entry.offset, hi - entry.offset});
         param_grad_shards_.emplace_back(param, buffer.grads_range(lo, hi));
         shard_elements_ += hi - lo;

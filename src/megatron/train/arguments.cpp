@@ -172,8 +172,6 @@ void training_violations(const TrainingArguments& t, Violations& v) {
          "--optimizer-offload-fraction ", t.optimizer_offload_fraction, " must be within [0, 1]");
   v.need(!t.overlap_cpu_optimizer_d2h_h2d || t.optimizer_cpu_offload,
          "--overlap-cpu-optimizer-d2h-h2d needs --optimizer-cpu-offload");
-  v.need(!t.overlap_cpu_optimizer_d2h_h2d, "--overlap-cpu-optimizer-d2h-h2d is not supported yet: the offloaded "
-         "update copies its gradients and parameters between the backward and the next forward; drop the flag");
   v.need(t.eval_iters == 0 || t.eval_interval > 0, "--eval-interval must be positive when --eval-iters ",
          t.eval_iters, " > 0");
   if (t.profile)

@@ -158,7 +158,7 @@ struct TrainingArguments {
   double dry_run_gpu_memory = 78;            // GiB usable per GPU for that list (an 80 GB H100 less its context)
   bool optimizer_cpu_offload = false;        // masters and moments of a fraction of the parameters on the host
   double optimizer_offload_fraction = 1.0;   // Megatron's default: all of them
-  bool overlap_cpu_optimizer_d2h_h2d = false;  // refused: the host update's transfers are not overlapped yet
+  bool overlap_cpu_optimizer_d2h_h2d = false;  // side-stream transfers of the offloaded update (optim/adamw.h)
   bool use_precision_aware_optimizer = false;  // accepted: this AdamW always keeps its own fp32 masters
   int64_t seed = 1234;
   bool bf16 = false;

@@ -108,10 +108,9 @@ std::vector<FlagSpec> training_flags() {
            "them on the CPU"),
       flag("--optimizer-offload-fraction", &A::training, &T::optimizer_offload_fraction,
            "with --optimizer-cpu-offload: the fraction of the parameters (whole tensors, in order) offloaded"),
-      refused_by_validation(flag("--overlap-cpu-optimizer-d2h-h2d", &A::training, &T::overlap_cpu_optimizer_d2h_h2d,
-                                 "overlap the offloaded update's transfers"),
-                            "not supported yet: the offloaded update copies its gradients and parameters between the "
-                            "backward and the next forward; drop the flag"),
+      flag("--overlap-cpu-optimizer-d2h-h2d", &A::training, &T::overlap_cpu_optimizer_d2h_h2d,
+           "with --optimizer-cpu-offload: copy gradients and updated parameters on side streams, pipelined with the "
+           "host update (and from the backward with --overlap-grad-reduce)"),
       flag("--use-precision-aware-optimizer", &A::training, &T::use_precision_aware_optimizer,
            "accepted (Megatron needs it with --optimizer-cpu-offload): this AdamW always keeps fp32 masters"),
       flag("--seed", &A::training, &T::seed, "random seed"),

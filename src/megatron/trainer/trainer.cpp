@@ -13,7 +13,8 @@ namespace {
 
 std::vector<optim::AdamWParam> adamw_params(const nn::ParameterList& params) {
   std::vector<optim::AdamWParam> out;
-  for (nn::Parameter* p : params) out.push_back({p->value, p->main_grad, p->no_weight_decay});
+  for (nn::Parameter* p : params)
+    out.push_back({p->value, p->main_grad, p->no_weight_decay, distributed::grad_changes_after_reduction(*p)});
   return out;
 }
 
@@ -109,7 +110,8 @@ void Trainer::setup() {
     model_has_experts_ = any[0] != 0.0;
   }
   const optim::AdamWOptions adam{t.adam_beta1, t.adam_beta2, t.adam_eps,
-                                 t.optimizer_cpu_offload ? t.optimizer_offload_fraction : 0.0};
+                                 t.optimizer_cpu_offload ? t.optimizer_offload_fraction : 0.0,
+                                 t.optimizer_cpu_offload && t.overlap_cpu_optimizer_d2h_h2d};
   ctx_.synchronize();
   const size_t allocated_before = ctx_.allocator().stats().allocated_bytes;
   if (p.use_distributed_optimizer)
@@ -133,6 +135,13 @@ void Trainer::setup() {
                      .eod_mask_loss = args_.data.eod_mask_loss};
   per_token_loss_ = t.calculate_per_token_loss;
   token_weighted_ = per_token_loss_ || document_flags_.eod_mask_loss || sft;
+  // --overlap-cpu-optimizer-d2h-h2d: a reduced bucket's offloaded gradients start their copy to the host during
+  // the backward -- unless something still rescales every gradient after the reductions (fp16's in-place
+  // unscaling, the per-token loss's division); step() then copies them, still overlapped with the host update.
+  if (adamw().options().overlap_offload_transfers && !scaler_ && !per_token_loss_)
+    ddp_->on_bucket_reduced([this](Context& ctx, const Tensor& grads, StreamHandle stream) {
+      adamw().prefetch_gradients(ctx, grads, stream);
+    });
 }
 
 void Trainer::mark_fp8_params() {
@@ -192,6 +201,8 @@ bool Trainer::holds_data_stage() const {
     if (chunk->layout().pre_process || chunk->layout().post_process) return true;
   return false;
 }
+
+optim::AdamW& Trainer::adamw() { return dist_optimizer_ ? dist_optimizer_->adamw() : *optimizer_; }
 
 size_t Trainer::optimizer_state_bytes() const {
   return dist_optimizer_ ? dist_optimizer_->state_bytes() : optimizer_->state_bytes();
@@ -397,6 +408,7 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   r.global_batch_size = batch_schedule_.global_batch_size(train_data.consumed());
   num_micro_batches_ = int(r.global_batch_size / (int64_t(args_.training.micro_batch_size) * parallel_->dp_size()));
   ddp_->zero_grads(ctx_);
+  adamw().discard_gradient_prefetches();  // a skipped update left its round unconsumed
   MicroBatchLosses losses;
   {
     TimerScope timer(timers_, "forward-backward", 1);
@@ -418,6 +430,7 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
       if (tokens > 0)
         for (const Tensor& g : local_grads()) ops::scale(ctx_, g, g, 1.0 / tokens);
     }
+    adamw().join_gradient_prefetches(ctx_);  // nothing writes a gradient before its host copy has read it
   }
   r.loss = mean_loss(losses);
   if (document_flags_.reset_attention_mask) {  // every CP rank of a DP rank holds the same rows: sum over DP

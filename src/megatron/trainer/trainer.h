@@ -184,6 +184,7 @@ class Trainer {
   double agree_on_loss(double last_stage_value);
   // Every parameter of every chunk, in model order.
   nn::ParameterList parameters() const;
+  optim::AdamW& adamw();  // the optimizer's AdamW (the distributed optimizer's, or the replicated one)
   bool holds_data_stage() const;  // this rank has the first or the last stage
   // The gradients this rank passes to unscaling, the norm and clipping, and the groups they reduce over.
   std::vector<Tensor> local_grads() const;
