@@ -135,13 +135,7 @@ void Trainer::setup() {
                      .eod_mask_loss = args_.data.eod_mask_loss};
   per_token_loss_ = t.calculate_per_token_loss;
   token_weighted_ = per_token_loss_ || document_flags_.eod_mask_loss || sft;
-  // --overlap-cpu-optimizer-d2h-h2d: a reduced bucket's offloaded gradients start their copy to the host during
-  // the backward -- unless something still rescales every gradient after the reductions (fp16's in-place
-  // unscaling, the per-token loss's division); step() then copies them, still overlapped with the host update.
-  if (adamw().options().overlap_offload_transfers && !scaler_ && !per_token_loss_)
-    ddp_->on_bucket_reduced([this](Context& ctx, const Tensor& grads, StreamHandle stream) {
-      adamw().prefetch_gradients(ctx, grads, stream);
-    });
+  prefetch_offloaded_gradients();
 }
 
 void Trainer::mark_fp8_params() {
@@ -200,6 +194,16 @@ bool Trainer::holds_data_stage() const {
   for (const nn::GPTModel* chunk : chunks_)
     if (chunk->layout().pre_process || chunk->layout().post_process) return true;
   return false;
+}
+
+void Trainer::prefetch_offloaded_gradients() {
+  // --overlap-cpu-optimizer-d2h-h2d: a reduced bucket's offloaded gradients start their copy to the host during
+  // the backward -- unless something still rescales every gradient after the reductions (fp16's in-place
+  // unscaling, the per-token loss's division); step() then copies them, still overlapped with the host update.
+  if (adamw().options().overlap_offload_transfers && !scaler_ && !per_token_loss_)
+    ddp_->on_bucket_reduced([this](Context& ctx, const Tensor& grads, StreamHandle stream) {
+      adamw().prefetch_gradients(ctx, grads, stream);
+    });
 }
 
 optim::AdamW& Trainer::adamw() { return dist_optimizer_ ? dist_optimizer_->adamw() : *optimizer_; }

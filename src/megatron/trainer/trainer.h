@@ -185,6 +185,7 @@ class Trainer {
   // Every parameter of every chunk, in model order.
   nn::ParameterList parameters() const;
   optim::AdamW& adamw();  // the optimizer's AdamW (the distributed optimizer's, or the replicated one)
+  void prefetch_offloaded_gradients();  // setup(): hands reduced buckets to the offload's copies (adamw.h)
   bool holds_data_stage() const;  // this rank has the first or the last stage
   // The gradients this rank passes to unscaling, the norm and clipping, and the groups they reduce over.
   std::vector<Tensor> local_grads() const;
