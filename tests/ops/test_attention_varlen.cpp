@@ -2,7 +2,8 @@
 // lengths (empty documents and single tokens included) and dtypes (fp32, fp64), self-attention and the
 // bottom-right aligned form with more keys than queries per document; the forward also against an
 // independent dense computation with an explicit block-diagonal causal mask (no score may cross a document);
-// gradients against finite differences in fp64; and the refusals.
+// gradients against finite differences in fp64; and the refusals. On a GPU: cuDNN's ragged-offset attention
+// against that CPU reference on the same inputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -212,6 +213,71 @@ TEST(AttentionVarlen, RefusesBadOffsets) {
   expect_error([&] { ops::attention_forward_varlen(ctx, out, stats, q, k, k, host_offsets({0, 6}), host_offsets({0, 3, 6})); },
                {"attention_forward_varlen", "the same number of sequences"});
 }
+
+// ---- CUDA: cuDNN's fused attention with ragged offsets against the CPU reference ----
+
+struct GpuPacked {
+  std::string name;
+  int64_t H, G, D;
+  DType dtype;
+  bool causal;
+  std::vector<int64_t> lq;
+  int64_t extra_keys = 0;  // keys = queries + extra_keys per non-empty document (bottom-right causal)
+};
+
+// Forward (out, stats) and backward from each device's own forward (dq, dk, dv), as the dense attention's GPU
+// cases do; documents of 0 and 1 tokens, lengths around cuDNN's 64-row tiles, and one past a power of two.
+std::vector<OpCase> varlen_gpu_cases() {
+  const std::vector<GpuPacked> problems = {
+      {"mixed_bf16", 4, 2, 64, DType::BF16, true, {0, 1, 63, 64, 65, 200, 513}},
+      {"mha_d128_bf16", 8, 8, 128, DType::BF16, true, {300, 1, 17, 1024}},
+      {"mqa_full_f16", 4, 1, 64, DType::F16, false, {5, 130, 77}},
+      {"more_keys_bf16", 4, 2, 64, DType::BF16, true, {33, 1, 90}, 5},
+      {"two_long_bf16", 16, 8, 128, DType::BF16, true, {2048, 1500, 548}},
+  };
+  std::vector<OpCase> cases;
+  for (const GpuPacked& p : problems) {
+    std::vector<int64_t> cq = {0}, ck = {0};
+    for (int64_t l : p.lq) {
+      cq.push_back(cq.back() + l);
+      ck.push_back(ck.back() + l + (l > 0 ? p.extra_keys : 0));
+    }
+    const Tensor cu_q = host_offsets(cq), cu_k = host_offsets(ck);
+    const Shape qs{cq.back(), p.H, p.D}, ks{ck.back(), p.G, p.D}, ss{p.H, cq.back()};
+    const AttentionOptions options{.causal = p.causal};
+    const double io = p.dtype == DType::BF16 ? 2e-4 : 2e-6;  // test_attention.cpp's limits
+    OpCase fwd;
+    fwd.name = "varlen_fwd_" + p.name;
+    fwd.inputs = {{qs, p.dtype}, {ks, p.dtype}, {ks, p.dtype}};
+    fwd.outputs = {{qs, p.dtype}, {ss, DType::F32}};
+    fwd.max_nmse = {io, 1e-8};
+    fwd.run = [=](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+      ops::attention_forward_varlen(ctx, out[0], out[1], in[0], in[1], in[2], cu_q, cu_k, options);
+    };
+    cases.push_back(fwd);
+    OpCase bwd;
+    bwd.name = "varlen_bwd_" + p.name;
+    bwd.inputs = {{qs, p.dtype}, {ks, p.dtype}, {ks, p.dtype}, {qs, p.dtype}};
+    bwd.outputs = {{qs, p.dtype}, {ks, p.dtype}, {ks, p.dtype}};
+    bwd.max_nmse = {io, io, io};
+    bwd.run = [=](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+      Tensor o = ctx.empty(qs, p.dtype), stats = ctx.empty(ss, DType::F32);
+      ops::attention_forward_varlen(ctx, o, stats, in[0], in[1], in[2], cu_q, cu_k, options);
+      ops::attention_backward_varlen(ctx, out[0], out[1], out[2], in[3], in[0], in[1], in[2], o, stats, cu_q, cu_k,
+                                     options);
+    };
+    cases.push_back(bwd);
+  }
+  return cases;
+}
+
+class AttentionVarlenGpu : public ::testing::TestWithParam<OpCase> {};
+TEST_P(AttentionVarlenGpu, CudaMatchesCpu) {
+  MEGATRON_REQUIRE_GPU();
+  expect_cuda_matches_cpu(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Ops, AttentionVarlenGpu, ::testing::ValuesIn(varlen_gpu_cases()),
+                         [](const auto& info) { return gtest_name(info.param.name); });
 
 }  // namespace
 }  // namespace megatron::testing

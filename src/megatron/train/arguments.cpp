@@ -303,15 +303,9 @@ void document_violations(const Arguments& a, Violations& v) {
   v.need(!positions_or_masks || a.parallel.pipeline_model_parallel_size <= 1,
          "--reset-position-ids and --reset-attention-mask need every layer's attention to know the documents, but the "
          "middle pipeline stages read no data: use --pipeline-model-parallel-size 1 with them");
-  v.need(!d.reset_attention_mask || a.training.device != "cuda",
-         "--reset-attention-mask on CUDA: the document-masked (packed) attention has a CPU implementation only so far "
-         "(cuDNN's ragged-offset path is not written yet); train on --device cpu or drop the flag");
   v.need(!d.sft || a.parallel.pipeline_model_parallel_size <= 1,
          "--sft packs conversations as documents, which every layer's attention must know, but the middle pipeline "
          "stages read no data: use --pipeline-model-parallel-size 1 with --sft");
-  v.need(!d.sft || a.training.device != "cuda",
-         "--sft on CUDA: the packed (document-masked) attention has a CPU implementation only so far (cuDNN's "
-         "ragged-offset path is not written yet); train on --device cpu");
   v.need(!d.sft || (d.data_path.size() == 1 && !d.mock_data),
          "--sft reads one jsonl file of conversations: give it as --data-path FILE.jsonl (no weights, no --mock-data)");
   v.need(!d.sft || !d.tokenizer_type.empty(),

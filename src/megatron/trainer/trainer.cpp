@@ -127,9 +127,6 @@ void Trainer::setup() {
   loss_mask_ = ctx_.empty(Shape{b, s}, DType::F32);
   ops::fill(ctx_, loss_mask_, 1.0);
   const bool sft = args_.data.sft;  // packed conversations: documents and a loss mask in every micro-batch
-  MEGATRON_CHECK(!(ctx_.is_cuda() && (args_.data.reset_attention_mask || sft)),
-                 "--reset-attention-mask or --sft on CUDA: the document-masked (packed) attention has a CPU "
-                 "implementation only so far (cuDNN's ragged-offset path is not written yet); train on --device cpu");
   document_flags_ = {.reset_position_ids = args_.data.reset_position_ids || sft,
                      .reset_attention_mask = args_.data.reset_attention_mask || sft,
                      .eod_mask_loss = args_.data.eod_mask_loss};

@@ -1,5 +1,6 @@
-// Packed attention on the CPU: each sequence runs the blocked reference (cpu.cpp) on views of its rows as a
-// batch of one; its log-sum-exp rows go through a small buffer into their columns of stats [H, Tq].
+// Packed attention. CPU: each sequence runs the blocked reference (cpu.cpp) on views of its rows as a batch of one;
+// its log-sum-exp rows go through a small buffer into their columns of stats [H, Tq]. CUDA: cuDNN's fused attention
+// with ragged offsets (cudnn_sdpa.cpp).
 #include "megatron/ops/attention/attention_varlen.h"
 
 #include <cmath>
@@ -8,7 +9,12 @@
 #include <vector>
 
 #include "megatron/ops/attention/cpu.h"
+#include "megatron/ops/dispatch.h"
 #include "megatron/tensor/op_checks.h"
+
+#if MEGATRON_WITH_CUDA
+#include "megatron/ops/attention/cuda.h"
+#endif
 
 namespace megatron::ops {
 
@@ -73,9 +79,38 @@ void stats_columns(const Tensor& stats, std::vector<float>& buffer, int64_t q0, 
     }
 }
 
-void refuse_cuda(Context& ctx, const char* op) {
-  MEGATRON_CHECK(!ctx.is_cuda(), op, ": packed (variable-length) attention runs on the CPU only so far; the CUDA path ",
-                 "(cuDNN's fused attention with ragged offsets) is not written yet");
+void forward_on_cpu(const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const std::vector<SequenceRows>& rows, bool causal, double scale) {
+  std::vector<float> buffer;
+  for (const SequenceRows& r : rows) {
+    if (r.q1 == r.q0) continue;
+    buffer.assign(size_t(q.dim(1) * (r.q1 - r.q0)), 0.0f);
+    const Tensor own = Tensor::from_blob(buffer.data(), {1, q.dim(1), r.q1 - r.q0, 1}, F32, Device::cpu());
+    cpu::attention_forward(rows_of(out, r.q0, r.q1), own, rows_of(q, r.q0, r.q1), rows_of(k, r.k0, r.k1),
+                           rows_of(v, r.k0, r.k1), causal, scale, AttentionDropout{});
+    stats_columns(stats, buffer, r.q0, r.q1, /*to_stats=*/true);
+  }
+}
+
+void backward_on_cpu(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                     const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& stats,
+                     const std::vector<SequenceRows>& rows, bool causal, double scale) {
+  std::vector<float> buffer;
+  for (const SequenceRows& r : rows) {
+    if (r.q1 == r.q0) {  // keys that no query sees
+      const size_t row_bytes = size_t(k.dim(1) * k.dim(2)) * dtype_size(k.dtype());
+      std::memset(static_cast<char*>(dk.data_ptr()) + size_t(r.k0) * row_bytes, 0, size_t(r.k1 - r.k0) * row_bytes);
+      std::memset(static_cast<char*>(dv.data_ptr()) + size_t(r.k0) * row_bytes, 0, size_t(r.k1 - r.k0) * row_bytes);
+      continue;
+    }
+    buffer.assign(size_t(q.dim(1) * (r.q1 - r.q0)), 0.0f);
+    stats_columns(stats, buffer, r.q0, r.q1, /*to_stats=*/false);
+    const Tensor own = Tensor::from_blob(buffer.data(), {1, q.dim(1), r.q1 - r.q0, 1}, F32, Device::cpu());
+    cpu::attention_backward(rows_of(dq, r.q0, r.q1), rows_of(dk, r.k0, r.k1), rows_of(dv, r.k0, r.k1),
+                            rows_of(dout, r.q0, r.q1), rows_of(q, r.q0, r.q1), rows_of(k, r.k0, r.k1),
+                            rows_of(v, r.k0, r.k1), rows_of(out, r.q0, r.q1), own, causal, scale,
+                            AttentionDropout{});
+  }
 }
 
 }  // namespace
@@ -88,17 +123,11 @@ void attention_forward_varlen(Context& ctx, const Tensor& out, const Tensor& sta
   const std::vector<SequenceRows> rows = check_varlen(check, q, k, v, cu_seqlens_q, cu_seqlens_kv, options);
   check.shape("out", out, q.shape()).same_dtype({{"q", q}, {"out", out}});
   check.shape("stats", stats, Shape{q.dim(1), q.dim(0)}).dtype("stats", stats, F32);
-  refuse_cuda(ctx, "attention_forward_varlen");
-  const double scale = attention_scale(options, q.dim(2));
-  std::vector<float> buffer;
-  for (const SequenceRows& r : rows) {
-    if (r.q1 == r.q0) continue;
-    buffer.assign(size_t(q.dim(1) * (r.q1 - r.q0)), 0.0f);
-    const Tensor own = Tensor::from_blob(buffer.data(), {1, q.dim(1), r.q1 - r.q0, 1}, F32, Device::cpu());
-    cpu::attention_forward(rows_of(out, r.q0, r.q1), own, rows_of(q, r.q0, r.q1), rows_of(k, r.k0, r.k1),
-                           rows_of(v, r.k0, r.k1), options.causal, scale, AttentionDropout{});
-    stats_columns(stats, buffer, r.q0, r.q1, /*to_stats=*/true);
-  }
+  const float scale = attention_scale(options, q.dim(2));
+  MEGATRON_DISPATCH(ctx,
+                    cuda::attention_forward_varlen(ctx, out, stats, q, k, v, cu_seqlens_q, cu_seqlens_kv,
+                                                   options.causal, scale),
+                    forward_on_cpu(out, stats, q, k, v, rows, options.causal, scale));
 }
 
 void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
@@ -113,24 +142,11 @@ void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk,
   check.shape("dk", dk, k.shape()).shape("dv", dv, k.shape());
   check.same_dtype({{"q", q}, {"out", out}, {"dout", dout}, {"dq", dq}, {"dk", dk}, {"dv", dv}});
   check.shape("stats", stats, Shape{q.dim(1), q.dim(0)}).dtype("stats", stats, F32);
-  refuse_cuda(ctx, "attention_backward_varlen");
-  const double scale = attention_scale(options, q.dim(2));
-  std::vector<float> buffer;
-  for (const SequenceRows& r : rows) {
-    if (r.q1 == r.q0) {  // keys that no query sees
-      const size_t row_bytes = size_t(k.dim(1) * k.dim(2)) * dtype_size(k.dtype());
-      std::memset(static_cast<char*>(dk.data_ptr()) + size_t(r.k0) * row_bytes, 0, size_t(r.k1 - r.k0) * row_bytes);
-      std::memset(static_cast<char*>(dv.data_ptr()) + size_t(r.k0) * row_bytes, 0, size_t(r.k1 - r.k0) * row_bytes);
-      continue;
-    }
-    buffer.assign(size_t(q.dim(1) * (r.q1 - r.q0)), 0.0f);
-    stats_columns(stats, buffer, r.q0, r.q1, /*to_stats=*/false);
-    const Tensor own = Tensor::from_blob(buffer.data(), {1, q.dim(1), r.q1 - r.q0, 1}, F32, Device::cpu());
-    cpu::attention_backward(rows_of(dq, r.q0, r.q1), rows_of(dk, r.k0, r.k1), rows_of(dv, r.k0, r.k1),
-                            rows_of(dout, r.q0, r.q1), rows_of(q, r.q0, r.q1), rows_of(k, r.k0, r.k1),
-                            rows_of(v, r.k0, r.k1), rows_of(out, r.q0, r.q1), own, options.causal, scale,
-                            AttentionDropout{});
-  }
+  const float scale = attention_scale(options, q.dim(2));
+  MEGATRON_DISPATCH(ctx,
+                    cuda::attention_backward_varlen(ctx, dq, dk, dv, dout, q, k, v, out, stats, cu_seqlens_q,
+                                                    cu_seqlens_kv, options.causal, scale, options.deterministic),
+                    backward_on_cpu(dq, dk, dv, dout, q, k, v, out, stats, rows, options.causal, scale));
 }
 
 double attention_varlen_pairs(const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv, bool causal) {

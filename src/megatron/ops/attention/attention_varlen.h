@@ -14,8 +14,9 @@
 // Lq == Lkv), which needs Lkv >= Lq; a sequence with queries needs keys. No score across sequences is computed.
 // Forward assigns out and stats; backward assigns dq, dk, dv (keys no query sees get zero).
 //
-// Devices: CPU (the reference; F64, F32, BF16, F16, precision as attention.h). CUDA: not yet (cuDNN's fused
-// attention with ragged offsets is the planned path); the op throws saying so.
+// Devices: CPU (the reference; F64, F32, BF16, F16, precision as attention.h). CUDA: BF16 and F16 through cuDNN's
+// fused attention with ragged offsets (cudnn_sdpa.cpp; attention.h's limits on the head dimension and alignment;
+// deterministic selects cuDNN's deterministic backward). Dropout is refused on both.
 #pragma once
 
 #include "megatron/ops/attention/attention.h"

@@ -14,10 +14,17 @@
 // cuDNN rejects the backward of a single token (s_q = s_kv = 1) and returns non-finite dq/dk for one key
 // and more queries; Skv == 1 runs small kernels of ours (cuda.cu) in both directions, which compute the same
 // formulas. One query over several keys goes to cuDNN like every other shape.
+// Packed (THD) sequences: N sequences of a [T, heads, D] tensor are described as a batch of N windows of the
+// longest sequence's length, each window starting where its ragged offset says (cu_seqlens * heads * D elements)
+// and masked to its own length by seq_len_q / seq_len_kv (padding mask), so no score crosses two sequences. N and
+// the window lengths are rounded up to powers of two (the extra sequences are empty) so that the graphs -- keyed by
+// them, not by the lengths -- are reused across packed batches. cuDNN keeps such a graph's statistics token-major
+// ([T, H], ragged by cu_seqlens * H); attention_varlen.h's stats are [H, T], so they pass through a transpose.
 #include "megatron/ops/attention/cuda.h"
 
 #include <cudnn_frontend.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -26,6 +33,7 @@
 #include <vector>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/runtime/cuda_libraries.h"
 #include "megatron/tensor/op_checks.h"
 
@@ -36,7 +44,7 @@ namespace {
 namespace fe = cudnn_frontend;
 
 // Tensor uids of the graphs' variant packs.
-enum : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV };
+enum : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV, kSeqLenQ, kSeqLenKv, kOffsetQ, kOffsetKv, kOffsetStats };
 
 struct SdpaPlan {
   std::shared_ptr<fe::graph::Graph> graph;
@@ -205,6 +213,177 @@ void execute(Context& ctx, const SdpaPlan& plan, std::unordered_map<int64_t, voi
   fe_check(plan.graph->execute(ctx.cuda_libraries().cudnn, pack, workspace_ptr), "execute", op, p);
 }
 
+// ---- packed (THD) sequences ----
+
+struct VarlenProblem {
+  int64_t N, Sq, Skv, H, G, D;  // sequences and window lengths, each rounded up to a power of two
+  DType dtype;
+  bool causal, self;  // self: every sequence has as many keys as queries (top-left causal alignment)
+  float scale;
+
+  Problem as_problem() const { return {N, Sq, Skv, H, G, D, dtype, causal, scale}; }
+  std::string key(const char* direction, bool deterministic) const {
+    return str_cat(as_problem().key(direction, deterministic), ":varlen:", int(self));
+  }
+};
+
+int64_t power_of_two_at_least(int64_t n, int64_t floor) {
+  int64_t p = floor;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// The ragged description's int32 index tensors, in one device buffer: seq_len_q [N], seq_len_kv [N], then the
+// element offsets of Q/O rows, K/V rows and token-major stats rows [N + 1] each; padding sequences are empty and
+// start at the end.
+struct RaggedIndex {
+  Tensor buffer;
+  void *seq_q, *seq_kv, *offset_q, *offset_kv, *offset_stats;
+};
+
+RaggedIndex ragged_index(Context& ctx, const VarlenProblem& p, const Tensor& cu_q, const Tensor& cu_kv) {
+  const int64_t n = cu_q.numel() - 1, N = p.N;
+  const int64_t* oq = cu_q.data<int64_t>();
+  const int64_t* ok = cu_kv.data<int64_t>();
+  const int64_t Tq = oq[n], Tkv = ok[n];
+  MEGATRON_CHECK(Tq * p.H * p.D < (int64_t(1) << 31) && Tkv * p.G * p.D < (int64_t(1) << 31),
+                 "attention_varlen on CUDA: ", Tq, " x ", p.H, " x ", p.D, " elements exceed cuDNN's int32 ragged offsets");
+  std::vector<int32_t> host(size_t(5 * N + 3), 0);
+  int32_t* seq_q = host.data();
+  int32_t* seq_kv = seq_q + N;
+  int32_t* off_q = seq_kv + N;
+  int32_t* off_kv = off_q + N + 1;
+  int32_t* off_stats = off_kv + N + 1;
+  for (int64_t i = 0; i <= N; ++i) {
+    const int64_t q0 = oq[std::min(i, n)], k0 = ok[std::min(i, n)];
+    off_q[i] = int32_t(q0 * p.H * p.D);
+    off_kv[i] = int32_t(k0 * p.G * p.D);
+    off_stats[i] = int32_t(q0 * p.H);
+    if (i < N) {
+      seq_q[i] = i < n ? int32_t(oq[i + 1] - q0) : 0;
+      seq_kv[i] = i < n ? int32_t(ok[i + 1] - k0) : 0;
+    }
+  }
+  RaggedIndex r;
+  r.buffer = ctx.empty({int64_t(host.size())}, DType::I32);
+  copy_tensor(ctx, r.buffer, Tensor::from_blob(host.data(), {int64_t(host.size())}, DType::I32, Device::cpu()));
+  int32_t* base = r.buffer.data<int32_t>();
+  r.seq_q = base;
+  r.seq_kv = base + N;
+  r.offset_q = base + 2 * N;
+  r.offset_kv = base + 3 * N + 1;
+  r.offset_stats = base + 4 * N + 2;
+  return r;
+}
+
+VarlenProblem varlen_problem(const Tensor& q, const Tensor& k, const Tensor& cu_q, const Tensor& cu_kv, bool causal,
+                             float scale) {
+  const int64_t n = cu_q.numel() - 1;
+  const int64_t* oq = cu_q.data<int64_t>();
+  const int64_t* ok = cu_kv.data<int64_t>();
+  int64_t longest_q = 1, longest_kv = 1;
+  bool self = true;
+  for (int64_t i = 0; i < n; ++i) {
+    longest_q = std::max(longest_q, oq[i + 1] - oq[i]);
+    longest_kv = std::max(longest_kv, ok[i + 1] - ok[i]);
+    self = self && oq[i + 1] - oq[i] == ok[i + 1] - ok[i];
+  }
+  return {power_of_two_at_least(std::max<int64_t>(n, 1), 1), power_of_two_at_least(longest_q, 64),
+          power_of_two_at_least(longest_kv, 64), q.dim(1), k.dim(1), q.dim(2), q.dtype(), causal, self, scale};
+}
+
+struct RaggedTensors {
+  std::shared_ptr<fe::graph::Tensor_attributes> seq_q, seq_kv, offset_q, offset_kv, offset_stats;
+};
+
+RaggedTensors ragged_tensors(fe::graph::Graph& g, const VarlenProblem& p) {
+  auto index = [&](const char* name, int64_t uid, int64_t n) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({n, 1, 1, 1})
+                        .set_stride({1, 1, 1, 1})
+                        .set_data_type(fe::DataType_t::INT32));
+  };
+  return {index("seq_len_q", kSeqLenQ, p.N), index("seq_len_kv", kSeqLenKv, p.N),
+          index("offset_q", kOffsetQ, p.N + 1), index("offset_kv", kOffsetKv, p.N + 1),
+          index("offset_stats", kOffsetStats, p.N + 1)};
+}
+
+// Token-major statistics [T, H] as cuDNN's [N, H, Sq, 1] windows.
+fe::graph::Tensor_attributes& varlen_stats(fe::graph::Tensor_attributes& t, const VarlenProblem& p,
+                                           const RaggedTensors& r) {
+  return t.set_uid(kStats)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim({p.N, p.H, p.Sq, 1})
+      .set_stride({p.Sq * p.H, 1, p.H, 1})
+      .set_ragged_offset(r.offset_stats);
+}
+
+template <class Attributes>
+void set_varlen_masks(Attributes& options, const VarlenProblem& p, const RaggedTensors& r) {
+  options.set_padding_mask(true).set_seq_len_q(r.seq_q).set_seq_len_kv(r.seq_kv);
+  if (p.causal)
+    options.set_diagonal_alignment(p.self ? fe::DiagonalAlignment_t::TOP_LEFT : fe::DiagonalAlignment_t::BOTTOM_RIGHT)
+        .set_diagonal_band_right_bound(0);
+}
+
+SdpaPlan build_varlen_forward(Context& ctx, const VarlenProblem& p) {
+  const Problem shape = p.as_problem();
+  auto graph = new_graph(shape);
+  const RaggedTensors r = ragged_tensors(*graph, p);
+  auto Q = bshd_tensor(*graph, "Q", kQ, p.N, p.H, p.Sq, p.D);
+  auto K = bshd_tensor(*graph, "K", kK, p.N, p.G, p.Skv, p.D);
+  auto V = bshd_tensor(*graph, "V", kV, p.N, p.G, p.Skv, p.D);
+  Q->set_ragged_offset(r.offset_q);
+  K->set_ragged_offset(r.offset_kv);
+  V->set_ragged_offset(r.offset_kv);
+  auto options =
+      fe::graph::SDPA_attributes().set_name("attention_forward_varlen").set_generate_stats(true).set_attn_scale(p.scale);
+  set_varlen_masks(options, p, r);
+  auto [O, Stats] = graph->sdpa(Q, K, V, options);
+  set_bshd_output(*O, kO, p.N, p.H, p.Sq, p.D);
+  O->set_ragged_offset(r.offset_q);
+  varlen_stats(Stats->set_output(true), p, r);
+  return finish_plan(ctx, std::move(graph), "attention_forward_varlen", shape);
+}
+
+SdpaPlan build_varlen_backward(Context& ctx, const VarlenProblem& p, bool deterministic) {
+  const Problem shape = p.as_problem();
+  auto graph = new_graph(shape);
+  const RaggedTensors r = ragged_tensors(*graph, p);
+  auto Q = bshd_tensor(*graph, "Q", kQ, p.N, p.H, p.Sq, p.D);
+  auto K = bshd_tensor(*graph, "K", kK, p.N, p.G, p.Skv, p.D);
+  auto V = bshd_tensor(*graph, "V", kV, p.N, p.G, p.Skv, p.D);
+  auto O = bshd_tensor(*graph, "O", kO, p.N, p.H, p.Sq, p.D);
+  auto dO = bshd_tensor(*graph, "dO", kdO, p.N, p.H, p.Sq, p.D);
+  for (auto* t : {&Q, &O, &dO}) (*t)->set_ragged_offset(r.offset_q);
+  for (auto* t : {&K, &V}) (*t)->set_ragged_offset(r.offset_kv);
+  auto Stats = graph->tensor(fe::graph::Tensor_attributes().set_name("Stats"));
+  varlen_stats(*Stats, p, r);
+  auto options = fe::graph::SDPA_backward_attributes()
+                     .set_name("attention_backward_varlen")
+                     .set_attn_scale(p.scale)
+                     .set_deterministic_algorithm(deterministic);
+  set_varlen_masks(options, p, r);
+  auto [dQ, dK, dV] = graph->sdpa_backward(Q, K, V, O, dO, Stats, options);
+  set_bshd_output(*dQ, kdQ, p.N, p.H, p.Sq, p.D);
+  set_bshd_output(*dK, kdK, p.N, p.G, p.Skv, p.D);
+  set_bshd_output(*dV, kdV, p.N, p.G, p.Skv, p.D);
+  dQ->set_ragged_offset(r.offset_q);
+  dK->set_ragged_offset(r.offset_kv);
+  dV->set_ragged_offset(r.offset_kv);
+  return finish_plan(ctx, std::move(graph), "attention_backward_varlen", shape);
+}
+
+void add_ragged(std::unordered_map<int64_t, void*>& pack, const RaggedIndex& r) {
+  pack[kSeqLenQ] = r.seq_q;
+  pack[kSeqLenKv] = r.seq_kv;
+  pack[kOffsetQ] = r.offset_q;
+  pack[kOffsetKv] = r.offset_kv;
+  pack[kOffsetStats] = r.offset_stats;
+}
+
 }  // namespace
 
 void attention_forward(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k,
@@ -270,6 +449,52 @@ void attention_backward_packed(Context& ctx, const Tensor& dqkv, const Tensor& d
       {kO, out.data_ptr()}, {kdO, dout.data_ptr()},           {kStats, stats.data_ptr()},
       {kdQ, dbase},        {kdK, dbase + head_bytes},        {kdV, dbase + 2 * head_bytes}};
   execute(ctx, plan, pack, "attention_backward_packed", p);
+}
+
+void attention_forward_varlen(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv, bool causal,
+                              float scale) {
+  if (q.dim(0) == 0) return;
+  const VarlenProblem p = varlen_problem(q, k, cu_seqlens_q, cu_seqlens_kv, causal, scale);
+  check_cudnn_limits("attention_forward_varlen", p.as_problem(), {{"out", out}, {"q", q}, {"k", k}, {"v", v}});
+  const RaggedIndex index = ragged_index(ctx, p, cu_seqlens_q, cu_seqlens_kv);
+  Tensor token_major = ctx.empty({q.dim(0), p.H}, DType::F32);
+  SdpaPlan& plan = cached_plan(ctx, p.key("forward", false), [&] { return build_varlen_forward(ctx, p); });
+  std::unordered_map<int64_t, void*> pack = {{kQ, q.data_ptr()}, {kK, k.data_ptr()}, {kV, v.data_ptr()},
+                                             {kO, out.data_ptr()}, {kStats, token_major.data_ptr()}};
+  add_ragged(pack, index);
+  execute(ctx, plan, pack, "attention_forward_varlen", p.as_problem());
+  ops::transpose(ctx, stats, token_major);
+}
+
+void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                               const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                               const Tensor& stats, const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv,
+                               bool causal, float scale, bool deterministic) {
+  // Keys of sequences without queries get no gradient from cuDNN's windows: zero them all first.
+  const int64_t n = cu_seqlens_q.numel() - 1;
+  const int64_t* oq = cu_seqlens_q.data<int64_t>();
+  const int64_t* ok = cu_seqlens_kv.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (oq[i + 1] == oq[i] && ok[i + 1] > ok[i]) {
+      ops::fill(ctx, dk, 0.0);
+      ops::fill(ctx, dv, 0.0);
+      break;
+    }
+  if (q.dim(0) == 0) return;
+  const VarlenProblem p = varlen_problem(q, k, cu_seqlens_q, cu_seqlens_kv, causal, scale);
+  check_cudnn_limits("attention_backward_varlen", p.as_problem(),
+                     {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dout", dout}, {"q", q}, {"k", k}, {"v", v}, {"out", out}});
+  const RaggedIndex index = ragged_index(ctx, p, cu_seqlens_q, cu_seqlens_kv);
+  Tensor token_major = ctx.empty({q.dim(0), p.H}, DType::F32);
+  ops::transpose(ctx, token_major, stats);
+  SdpaPlan& plan = cached_plan(ctx, p.key("backward", deterministic),
+                               [&] { return build_varlen_backward(ctx, p, deterministic); });
+  std::unordered_map<int64_t, void*> pack = {{kQ, q.data_ptr()},    {kK, k.data_ptr()},     {kV, v.data_ptr()},
+                                             {kO, out.data_ptr()},  {kdO, dout.data_ptr()}, {kStats, token_major.data_ptr()},
+                                             {kdQ, dq.data_ptr()},  {kdK, dk.data_ptr()},   {kdV, dv.data_ptr()}};
+  add_ragged(pack, index);
+  execute(ctx, plan, pack, "attention_backward_varlen", p.as_problem());
 }
 
 }  // namespace megatron::ops::cuda
