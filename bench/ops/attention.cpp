@@ -1,11 +1,14 @@
 // Attention benchmark: cuDNN fused flash attention, causal bf16, D=128, S=4096, B=4, H=32 with G=8 (GQA)
 // and G=32 (MHA). Flop count as FlashAttention reports it: 4*S^2*D per head forward, halved for causal;
-// backward 2.5x forward.
+// backward 2.5x forward. Then packed documents (THD, cuDNN's ragged offsets) of 256 to 4096 tokens filling the
+// same 16384 tokens as the GQA rows, their FLOPs counted over the (query, key) pairs actually computed: the
+// rows to compare with the GQA causal ones.
 #include <string>
 #include <vector>
 
 #include "../bench_util.h"
 #include "megatron/ops/attention/attention.h"
+#include "megatron/ops/attention/attention_varlen.h"
 
 namespace megatron::bench {
 
@@ -28,6 +31,30 @@ std::vector<OpBenchRow> bench_attention(Context& ctx) {
     const double bwd_ms =
         median_ms(ctx, [&] { ops::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, options); });
     rows.push_back({"attention bwd causal bf16", config, bwd_ms, 2.5 * fwd_flop, 0});
+  }
+  {
+    const int64_t G = 8;
+    const std::vector<int64_t> lengths = {4096, 256, 2048, 512, 3072, 1024, 768, 2816, 1792};  // 16384 tokens
+    std::vector<int64_t> offsets = {0};
+    for (int64_t l : lengths) offsets.push_back(offsets.back() + l);
+    const int64_t T = offsets.back();
+    const Tensor cu = Tensor::from_blob(offsets.data(), {int64_t(offsets.size())}, DType::I64, Device::cpu());
+    Tensor q = random_device_tensor(ctx, {T, H, D}, dt, 5);
+    Tensor k = random_device_tensor(ctx, {T, G, D}, dt, 6);
+    Tensor v = random_device_tensor(ctx, {T, G, D}, dt, 7);
+    Tensor dout = random_device_tensor(ctx, {T, H, D}, dt, 8);
+    Tensor out = ctx.empty({T, H, D}, dt), stats = ctx.empty({H, T}, DType::F32);
+    Tensor dq = ctx.empty({T, H, D}, dt), dk = ctx.empty({T, G, D}, dt), dv = ctx.empty({T, G, D}, dt);
+    ops::AttentionOptions options;
+    const double fwd_flop = 4.0 * double(H) * double(D) * ops::attention_varlen_pairs(cu, cu, true);
+    const std::string config = str_cat("T=", T, " in 9 documents of 256-4096, H=", H, " G=", G, " D=", D);
+    const double fwd_ms =
+        median_ms(ctx, [&] { ops::attention_forward_varlen(ctx, out, stats, q, k, v, cu, cu, options); });
+    rows.push_back({"attention fwd packed causal bf16", config, fwd_ms, fwd_flop, 0});
+    const double bwd_ms = median_ms(ctx, [&] {
+      ops::attention_backward_varlen(ctx, dq, dk, dv, dout, q, k, v, out, stats, cu, cu, options);
+    });
+    rows.push_back({"attention bwd packed causal bf16", config, bwd_ms, 2.5 * fwd_flop, 0});
   }
   return rows;
 }
