@@ -201,8 +201,8 @@ class Trainer {
   const parallel::ParallelContext* parallel_ = nullptr;
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::AdamW> optimizer_;                       // replicated over DP
-  std::unique_ptr<optim::DistributedOptimizer> dist_optimizer_;
-  bool model_has_experts_ = false;  // on any rank: the expert gradients' norm is reduced over the expert groups  // or sharded (--use-distributed-optimizer)
+  std::unique_ptr<optim::DistributedOptimizer> dist_optimizer_;  // or sharded (--use-distributed-optimizer)
+  bool model_has_experts_ = false;  // on any rank: the expert gradients' norm is reduced over the expert groups
   optim::OptimizerParamScheduler scheduler_;
   train::BatchSizeSchedule batch_schedule_;
   std::unique_ptr<optim::LossScaler> scaler_;
