@@ -4,6 +4,8 @@
 # `scripts/gpu/fp8_bench.sh build` (or any build-gpu with pretrain_gpt):
 #   bitwise   --deterministic-mode, mbs 4: none, full uniform 1 and selective mlp must log identical losses and
 #             grad norms for 6 iterations (the recomputed forwards repeat the forward bit for bit on the GPU)
+#   norms     --deterministic-mode, mbs 4: none and selective layernorm must log identical losses and grad norms
+#             (the norms' outputs normalised again in the backward by the same kernel)
 #   speed     mbs 4, gbs 32: none, selective mlp, full uniform 1 (tokens/s, TFLOP/s, peak memory)
 #   big       the largest micro-batch without recomputation (24, measured before) and 4x it (96) with full
 #             recomputation, gbs = mbs
@@ -56,6 +58,15 @@ for stage in "$@"; do
           echo "bitwise $r: DIFFERS from none"; diff <(numbers det_none) <(numbers det_$r) | head -4
         fi
       done ;;
+    norms)
+      LN=(--recompute-granularity selective --recompute-modules layernorm)
+      run det_none --micro-batch-size 4 --global-batch-size 16 --deterministic-mode
+      run det_layernorm --micro-batch-size 4 --global-batch-size 16 --deterministic-mode "${LN[@]}"
+      if [ -n "$(numbers det_none)" ] && [ "$(numbers det_none)" = "$(numbers det_layernorm)" ]; then
+        echo "bitwise layernorm: identical to none ($(numbers det_none | wc -l) iterations)"
+      else
+        echo "bitwise layernorm: DIFFERS from none"; diff <(numbers det_none) <(numbers det_layernorm) | head -4
+      fi ;;
     speed)
       run mbs4_none --micro-batch-size 4 --global-batch-size 32
       run mbs4_selective_mlp --micro-batch-size 4 --global-batch-size 32 "${SELECTIVE[@]}"

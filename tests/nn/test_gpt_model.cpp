@@ -350,12 +350,17 @@ TEST(GptModel, RecomputationLowersTheActivationPeak) {
   };
   const double none = peak_of({});
   const double mlp = peak_of({.granularity = RecomputeGranularity::Selective, .mlp = true});
+  const double norms = peak_of({.granularity = RecomputeGranularity::Selective, .layernorm = true});
+  const double norms_mlp = peak_of({.granularity = RecomputeGranularity::Selective, .mlp = true, .layernorm = true});
   const double full = peak_of({.granularity = RecomputeGranularity::Full, .num_layers = 1});
   const double block = peak_of({.granularity = RecomputeGranularity::Full, .method = RecomputeMethod::Block,
                                 .num_layers = 4});
-  std::cout << "activation peak (MB): none " << none / 1e6 << ", selective mlp " << mlp / 1e6 << ", full block 4 "
-            << block / 1e6 << ", full uniform 1 " << full / 1e6 << "\n";
+  std::cout << "activation peak (MB): none " << none / 1e6 << ", selective mlp " << mlp / 1e6 << ", layernorm "
+            << norms / 1e6 << ", layernorm + mlp " << norms_mlp / 1e6 << ", full block 4 " << block / 1e6
+            << ", full uniform 1 " << full / 1e6 << "\n";
   EXPECT_LT(mlp, 0.8 * none);
+  EXPECT_LT(norms, 0.95 * none);  // two hidden-sized tensors a layer
+  EXPECT_LT(norms_mlp, mlp);
   EXPECT_LT(full, 0.35 * none);
   EXPECT_LT(full, block);
   EXPECT_LT(block, 0.75 * none);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <span>
 #include <vector>
@@ -242,7 +243,13 @@ std::vector<OpCase> varlen_gpu_cases() {
       cq.push_back(cq.back() + l);
       ck.push_back(ck.back() + l + (l > 0 ? p.extra_keys : 0));
     }
-    const Tensor cu_q = host_offsets(cq), cu_k = host_offsets(ck);
+    // The offsets live in the cases, which gtest keeps until after the contexts' allocators are gone: host tensors
+    // over this memory rather than from an allocator.
+    const auto offsets = std::make_shared<std::vector<int64_t>>(cq);
+    offsets->insert(offsets->end(), ck.begin(), ck.end());
+    const auto cu = [offsets, nq = int64_t(cq.size())](bool keys) {
+      return Tensor::from_blob(offsets->data() + (keys ? nq : 0), {nq}, DType::I64, Device::cpu());
+    };
     const Shape qs{cq.back(), p.H, p.D}, ks{ck.back(), p.G, p.D}, ss{p.H, cq.back()};
     const AttentionOptions options{.causal = p.causal};
     const double io = p.dtype == DType::BF16 ? 2e-4 : 2e-6;  // test_attention.cpp's limits
@@ -252,7 +259,7 @@ std::vector<OpCase> varlen_gpu_cases() {
     fwd.outputs = {{qs, p.dtype}, {ss, DType::F32}};
     fwd.max_nmse = {io, 1e-8};
     fwd.run = [=](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
-      ops::attention_forward_varlen(ctx, out[0], out[1], in[0], in[1], in[2], cu_q, cu_k, options);
+      ops::attention_forward_varlen(ctx, out[0], out[1], in[0], in[1], in[2], cu(false), cu(true), options);
     };
     cases.push_back(fwd);
     OpCase bwd;
@@ -262,9 +269,9 @@ std::vector<OpCase> varlen_gpu_cases() {
     bwd.max_nmse = {io, io, io};
     bwd.run = [=](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
       Tensor o = ctx.empty(qs, p.dtype), stats = ctx.empty(ss, DType::F32);
-      ops::attention_forward_varlen(ctx, o, stats, in[0], in[1], in[2], cu_q, cu_k, options);
-      ops::attention_backward_varlen(ctx, out[0], out[1], out[2], in[3], in[0], in[1], in[2], o, stats, cu_q, cu_k,
-                                     options);
+      ops::attention_forward_varlen(ctx, o, stats, in[0], in[1], in[2], cu(false), cu(true), options);
+      ops::attention_backward_varlen(ctx, out[0], out[1], out[2], in[3], in[0], in[1], in[2], o, stats, cu(false),
+                                     cu(true), options);
     };
     cases.push_back(bwd);
   }

@@ -39,6 +39,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kRecomputati
     {"full uniform 2", {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "2"}},
     {"full block 2", {"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2"}},
     {"selective mlp", {"--recompute-granularity", "selective", "--recompute-modules", "mlp"}},
+    {"selective layernorm", {"--recompute-granularity", "selective", "--recompute-modules", "layernorm"}},
+    {"selective layernorm + mlp", {"--recompute-granularity", "selective", "--recompute-modules", "layernorm", "mlp"}},
     {"selective core_attn (--recompute-activations)", {"--recompute-activations"}},
 };
 

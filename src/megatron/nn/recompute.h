@@ -8,6 +8,11 @@
 //              one by one, the rest keep their activations.
 //   selective: the modules named, in every layer:
 //              mlp        the dense MLP keeps only its input (the pre-MLP norm's output);
+//              layernorm  the norms' outputs are not kept where a linear saves them as its input (QKV's, and a dense
+//                         MLP's fc1 -- or, with mlp, the MLP's input): the backward normalises the norm's saved
+//                         input again, with the same kernel, just before the linear's backward needs it. FP8
+//                         linears keep their input's FP8 transpose instead, so there is nothing to drop; a MoE
+//                         layer's pre-MLP norm output (the router's and experts' input) is kept;
 //              core_attn  accepted with nothing to do: the fused attention (cuDNN / the CPU kernel) never stores
 //                         the score matrix, and its output is linear_proj's saved input anyway, which is what
 //                         Megatron's warning about fused attention says.
@@ -32,9 +37,11 @@ struct RecomputeConfig {
   RecomputeMethod method = RecomputeMethod::Uniform;
   int num_layers = 1;        // full: layers per unit (uniform) or recomputed layers per chunk (block)
   bool mlp = false;          // selective "mlp"
+  bool layernorm = false;    // selective "layernorm"
 
   bool full() const { return granularity == RecomputeGranularity::Full; }
   bool selective_mlp() const { return granularity == RecomputeGranularity::Selective && mlp; }
+  bool selective_layernorm() const { return granularity == RecomputeGranularity::Selective && layernorm; }
   // Full recomputation's units over a chunk of `layers` layers: [first, first + count) each, in order.
   std::vector<std::pair<int, int>> units(int layers) const;
 };

@@ -19,7 +19,8 @@ TransformerLayer::TransformerLayer(Context& ctx, const std::string& prefix, cons
       cp_(cp),
       seed_(config.seed),
       dropout_p_(float(config.hidden_dropout)),
-      recompute_mlp_(config.recompute.selective_mlp()) {
+      recompute_mlp_(config.recompute.selective_mlp()),
+      recompute_norms_(config.recompute.selective_layernorm()) {
   if (config.moe.is_moe_layer(layer)) moe = MoELayer(ctx, prefix + ".mlp", config, tp, moe_parallel);
   else mlp = MLP(ctx, prefix + ".mlp", config, tp);
 }
@@ -75,6 +76,10 @@ TransformerLayerSaved TransformerLayer::forward(Context& ctx, ResidualStream& ou
   saved.attention = self_attention.forward(ctx, attn, ln1, seq, pass.kv_cache, pass.position, pass.positions,
                                            pass.cu_seqlens,
                                            pass.training ? std::optional(pass.attention_dropout_offset) : std::nullopt);
+  if (recompute_norms_ && pass.training && saved.attention.qkv_input.x.defined()) {  // the backward normalises again
+    saved.attention.qkv_input.x = Tensor();
+    saved.input_norm_dropped = true;
+  }
 
   // h = x + dropout(attn), formed by pre_mlp_layernorm's pass.
   Tensor h = ctx.empty(shape, dt), ln2 = ctx.empty(shape, dt);
@@ -94,6 +99,11 @@ TransformerLayerSaved TransformerLayer::forward(Context& ctx, ResidualStream& ou
       saved.mlp = MLPSaved();
       saved.mlp_input = ln2;
     }
+    if (recompute_norms_ && pass.training && (saved.mlp_input.defined() || saved.mlp.fc1.x.defined())) {
+      saved.mlp_input = Tensor();  // (with mlp: the input the MLP runs again from)
+      saved.mlp.fc1.x = Tensor();
+      saved.pre_mlp_norm_dropped = true;
+    }
   }
   out = ResidualStream{h, dropout_forward(ctx, m, saved.dropout, 1)};
   return saved;
@@ -106,6 +116,12 @@ void TransformerLayer::backward(Context& ctx, TransformerLayerSaved&& saved, con
 
   Tensor dm = dropout_backward(ctx, dout, s.dropout, 1);
   Tensor dln2 = ctx.empty(shape, dt);
+  if (s.pre_mlp_norm_dropped) {  // the pre-MLP norm's output again, from its saved input (the same kernel and bits)
+    Tensor ln2 = ctx.empty(s.pre_mlp_norm.x.shape(), dt);
+    static_cast<void>(pre_mlp_layernorm.forward(ctx, ln2, s.pre_mlp_norm.x));
+    if (recompute_mlp_) s.mlp_input = ln2;
+    else s.mlp.fc1.x = ln2;
+  }
   if (s.mlp_input.defined()) {  // selective recomputation: the MLP's forward again (its output is not needed)
     Tensor unused = ctx.empty(shape, dt);
     s.mlp = mlp.forward(ctx, unused, s.mlp_input);
@@ -118,6 +134,10 @@ void TransformerLayer::backward(Context& ctx, TransformerLayerSaved&& saved, con
 
   Tensor dattn = dropout_backward(ctx, dh, s.dropout, 0);
   Tensor dln1 = ctx.empty(shape, dt);
+  if (s.input_norm_dropped) {  // QKV's input again, from the input norm's saved input
+    s.attention.qkv_input.x = ctx.empty(s.input_norm.x.shape(), dt);
+    static_cast<void>(input_layernorm.forward(ctx, s.attention.qkv_input.x, s.input_norm.x));
+  }
   self_attention.backward(ctx, std::move(s.attention), dln1, dattn);
   input_layernorm.backward(ctx, std::move(s.input_norm), dx, dln1, /*dresidual=*/dh);
 }

@@ -85,6 +85,9 @@ struct TransformerLayerSaved {
   MLPSaved mlp;  // dense layers
   MoESaved moe;  // MoE layers
   Tensor mlp_input;  // selective recomputation of the dense MLP: its input, `mlp` left empty until the backward
+  // Selective recomputation of the norms: their outputs were dropped from QKV's saved input (input_norm_dropped)
+  // and from fc1's or the recomputed MLP's input (pre_mlp_norm_dropped); the backward normalises again.
+  bool input_norm_dropped = false, pre_mlp_norm_dropped = false;
   double moe_loss_grad_scale = 1.0;
   DropoutSites dropout;
 };
@@ -127,6 +130,7 @@ class TransformerLayer {
   uint64_t seed_ = 0;
   float dropout_p_ = 0.0f;
   bool recompute_mlp_ = false;  // selective recomputation of the dense MLP (recompute.h)
+  bool recompute_norms_ = false;  // selective recomputation of the norms' outputs (recompute.h)
 };
 
 }  // namespace megatron::nn

@@ -82,16 +82,18 @@ double linear_weights(const Dims& x) {
 double norm_stats(const Dims& x) { return (x.layernorm ? 2 : 1) * x.tensor(x.region, 1, 4); }
 
 // What one layer keeps for the backward of one micro-batch (transformer_layer.h's TransformerLayerSaved).
-double layer_saved(const Dims& x, bool fp8, bool recompute_mlp) {
+// recompute_norms: selective "layernorm", the norms' outputs not kept as QKV's and fc1's (or the MLP's) input.
+double layer_saved(const Dims& x, bool fp8, bool recompute_mlp, bool recompute_norms) {
   const double hidden = x.tensor(x.region, x.h, x.e);
+  const double norm_output = recompute_norms ? 0 : hidden;
   double b = 2 * hidden + 2 * norm_stats(x);                             // the norms' inputs (x, h) and statistics
-  b += fp8 ? x.tensor(x.T, x.h, 1) : hidden;                             // QKV's input (FP8: its whole transpose)
+  b += fp8 ? x.tensor(x.T, x.h, 1) : norm_output;                        // QKV's input (FP8: its whole transpose)
   if (x.packed_qkv) b += x.tensor(x.T, 3 * x.n * x.d / x.t, x.e);         // the packed projection
   else b += x.tensor(x.T, x.n * x.d / x.t, x.e) + 2 * x.tensor(x.T, x.g * x.d / x.t, x.e);  // q, k, v
   b += x.tensor(x.T, x.n * x.d / x.t, x.e) + x.tensor(x.T, x.n / x.t, 4);  // attention output and log-sum-exp
   if (fp8) b += x.tensor(x.T, x.n * x.d / x.t, 1);                       // the projection's FP8 input
-  if (recompute_mlp) return b + hidden;                                   // the MLP's input only
-  b += fp8 ? x.tensor(x.T, x.h, 1) : hidden;                             // fc1's input
+  if (recompute_mlp) return b + norm_output;                              // the MLP's input only
+  b += fp8 ? x.tensor(x.T, x.h, 1) : norm_output;                        // fc1's input
   b += x.tensor(x.T, x.k * x.F / x.t, x.e);                              // fc1's output (pre-activation)
   b += x.tensor(x.T, x.F / x.t, fp8 ? 1 : x.e);                          // fc2's input (the activation)
   return b;
@@ -133,7 +135,7 @@ ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::C
   std::vector<double> saved(size_t(layers.num_layers));
   for (int i = 0; i < layers.num_layers; ++i) {
     const bool in_fp8 = fp8.enabled && fp8.fp8_layer(layers.first_layer + i, L);
-    saved[size_t(i)] = layer_saved(x, in_fp8, recompute.selective_mlp());
+    saved[size_t(i)] = layer_saved(x, in_fp8, recompute.selective_mlp(), recompute.selective_layernorm());
     double layer = 0;
     for (double p : layer_param_tensors(x)) {
       c.params.push_back(p);
