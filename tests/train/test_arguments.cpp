@@ -448,15 +448,19 @@ TEST(Validate, RecomputeFlagsResolveAndEveryRuleIsReported) {
   resolve_and_validate(norms);
   EXPECT_TRUE(recompute_config(norms).selective_layernorm());
   EXPECT_TRUE(recompute_config(norms).selective_mlp());
+  EXPECT_FALSE(recompute_config(norms).selective_moe_act());
+  Arguments act = fp8_args({"--recompute-granularity", "selective", "--recompute-modules", "moe_act"});
+  resolve_and_validate(act);
+  EXPECT_TRUE(recompute_config(act).selective_moe_act());
   EXPECT_TRUE(recompute_config(fp8_args({})).units(12).empty());
   expect_error([] { Arguments c = fp8_args({"--recompute-granularity", "full", "--recompute-num-layers", "13"});
                     resolve_and_validate(c); },
                {"needs --recompute-method uniform or block", "--recompute-num-layers between 1 and the layers of a "
                 "pipeline chunk (12); got 13"});
   expect_error([] { Arguments c = fp8_args({"--recompute-granularity", "selective", "--recompute-num-layers", "2",
-                                            "--recompute-modules", "moe_act", "moe", "attn"});
+                                            "--recompute-modules", "shared_experts", "moe", "attn"});
                     resolve_and_validate(c); },
-               {"must not be given with --recompute-granularity selective", "--recompute-modules moe_act",
+               {"must not be given with --recompute-granularity selective", "--recompute-modules shared_experts",
                 "--recompute-modules moe", "'attn' is not one of Megatron's modules"});
   expect_error([] { Arguments c = fp8_args({"--recompute-method", "block", "--distribute-saved-activations"});
                     resolve_and_validate(c); },

@@ -1,11 +1,13 @@
 // Activation recomputation is invisible in the numbers, under `mpiexec -np 4` (CPU ranks, fp32): a GPT-style
 // (bias, GELU, learned positions) and a Llama-style model, 6 layers, hidden dropout 0.1, train 10 iterations
 // with each recomputation -- full uniform in units of 1 and of 2 layers (a shorter last unit on a pipeline
-// stage of 3 layers), full block 2, selective mlp, and Megatron's default selective core_attn -- at one rank,
+// stage of 3 layers), full block 2, selective mlp, layernorm, layernorm + mlp, and Megatron's default selective
+// core_attn -- at one rank,
 // TP=2 + SP, PP=2 and CP=2 (the ring attention's exchanges run again in the recomputed forwards), and every
 // loss, gradient norm and the validation loss must be bit for bit the run without recomputation at the same
 // layout: the recomputed forwards draw the same dropout masks and run the same collectives. One FP8 (delayed,
-// hybrid) case holds the same with the iteration's scales.
+// hybrid) case holds the same with the iteration's scales, and a MoE model with the experts' activation recomputed
+// (moe_act) at one rank, EP=2 and EP=4.
 #include <gtest/gtest.h>
 
 #include "layout_training.h"
@@ -78,6 +80,42 @@ TEST(Recompute, EveryRecomputationIsBitwiseInvisibleAtEveryLayout) {
       }
       world->barrier();
     }
+  }
+}
+
+// The routed experts' activation recomputed (moe_act), alone and with the norms: a Llama-style MoE (4 experts, top
+// 2, a shared expert, every other layer MoE) at one rank and at EP=2 and EP=4 with the all-to-all dispatcher.
+TEST(Recompute, MoeActivationRecomputationIsBitwiseInvisible) {
+  auto world = testing::mpi_world();
+  const std::vector<std::string> moe = {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "24",
+                                        "--moe-layer-freq", "([0]+[1])*3", "--moe-shared-expert-intermediate-size", "16",
+                                        "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "0.1",
+                                        "--moe-token-dispatcher-type", "alltoall"};
+  std::vector<std::string> arch = kLlama;
+  arch.insert(arch.end(), moe.begin(), moe.end());
+  const std::vector<Layout> layouts = {
+      {"one rank", 1, {}, {}},
+      {"EP=2", 2, {.expert_model_parallel = 2}, {"--expert-model-parallel-size", "2"}},
+      {"EP=4", 4, {.expert_model_parallel = 4}, {"--expert-model-parallel-size", "4"}},
+  };
+  const TrainingData data(make_args(1, arch, {}), 4098);
+  for (const Layout& l : layouts) {
+    const std::shared_ptr<comm::Communicator> sub = world->split(world->rank() < l.ranks ? 0 : -1, world->rank(), "layout");
+    if (sub) {
+      const parallel::ParallelContext pc = parallel::ParallelContext::create(sub, l.sizes);
+      const TrainedRun plain = train_layout(make_args(l.ranks, arch, l.flags), pc, data);
+      for (const std::vector<std::string>& modules :
+           {std::vector<std::string>{"moe_act"}, std::vector<std::string>{"moe_act", "layernorm"}}) {
+        SCOPED_TRACE(str_cat(l.name, ": selective ", modules.size() == 1 ? "moe_act" : "moe_act + layernorm"));
+        std::vector<std::string> f = l.flags;
+        f.insert(f.end(), {"--recompute-granularity", "selective", "--recompute-modules"});
+        f.insert(f.end(), modules.begin(), modules.end());
+        const TrainedRun run = train_layout(make_args(l.ranks, arch, f), pc, data);
+        expect_bitwise(run, plain);
+        EXPECT_EQ(run.moe_losses, plain.moe_losses);
+      }
+    }
+    world->barrier();
   }
 }
 

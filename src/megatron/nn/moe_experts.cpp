@@ -8,6 +8,7 @@ namespace megatron::nn {
 GroupedExperts::GroupedExperts(Context& ctx, const std::string& name, const TransformerConfig& config,
                                const ExpertLayout& layout)
     : swiglu_(config.swiglu),
+      recompute_act_(config.recompute.selective_moe_act()),
       gemm_{.algo = config.moe.per_expert_gemm ? ops::GroupedGemmAlgo::PerExpert : ops::GroupedGemmAlgo::Grouped} {
   const int E = config.moe.num_experts;
   const int64_t F = config.moe.ffn_hidden_size, h = config.hidden();
@@ -42,11 +43,17 @@ ExpertsSaved GroupedExperts::forward(Context& ctx, const Tensor& out, const Tens
   if (swiglu_) ops::swiglu_forward(ctx, s.act, s.pre_act);
   else ops::gelu_forward(ctx, s.act, s.pre_act);
   ops::grouped_gemm(ctx, out, s.act, linear_fc2.value, s.counts, gemm_);
+  if (recompute_act_) s.act = Tensor();  // (an evaluation pass just frees it sooner)
   return s;
 }
 
 void GroupedExperts::backward(Context& ctx, ExpertsSaved&& saved, const Tensor& dx, const Tensor& dout) {
   ExpertsSaved s = std::move(saved);
+  if (!s.act.defined()) {  // selective "moe_act": the activation again, by the forward's kernel (the same bits)
+    s.act = ctx.empty({s.pre_act.dim(0), ffn_}, s.pre_act.dtype());
+    if (swiglu_) ops::swiglu_forward(ctx, s.act, s.pre_act);
+    else ops::gelu_forward(ctx, s.act, s.pre_act);
+  }
   Tensor dact = ctx.empty(s.act.shape(), s.act.dtype());
   ops::grouped_gemm(ctx, dact, dout, linear_fc2.value, s.counts, {.transpose_w = false, .algo = gemm_.algo});
   ops::grouped_gemm_wgrad(ctx, linear_fc2.main_grad, dout, s.act, s.counts, /*accumulate=*/true, gemm_);

@@ -32,7 +32,7 @@ struct ExpertLayout {
 struct ExpertsSaved {
   Tensor x;        // [rows, h]
   Tensor pre_act;  // fc1's output [rows, F / ETP (x 2 with SwiGLU)]
-  Tensor act;      // [rows, F / ETP]
+  Tensor act;      // [rows, F / ETP]; undefined with selective "moe_act" recomputation (the backward redoes it)
   std::vector<int64_t> counts;
 };
 
@@ -54,6 +54,7 @@ class GroupedExperts {
 
  private:
   bool swiglu_ = false;
+  bool recompute_act_ = false;  // selective "moe_act": act is not kept; the backward applies the activation again
   ops::GroupedGemmOptions gemm_;  // the forward's (transpose_w) and the algorithm of every call
   int64_t ffn_ = 0;  // F / ETP
   int local_experts_ = 0, first_expert_ = 0;

@@ -13,6 +13,8 @@
 //                         input again, with the same kernel, just before the linear's backward needs it. FP8
 //                         linears keep their input's FP8 transpose instead, so there is nothing to drop; a MoE
 //                         layer's pre-MLP norm output (the router's and experts' input) is kept;
+//              moe_act    the routed experts keep fc1's output but not the activation of it that fc2 reads: the
+//                         backward applies the activation again (the same kernel) before fc2's backward;
 //              core_attn  accepted with nothing to do: the fused attention (cuDNN / the CPU kernel) never stores
 //                         the score matrix, and its output is linear_proj's saved input anyway, which is what
 //                         Megatron's warning about fused attention says.
@@ -38,10 +40,12 @@ struct RecomputeConfig {
   int num_layers = 1;        // full: layers per unit (uniform) or recomputed layers per chunk (block)
   bool mlp = false;          // selective "mlp"
   bool layernorm = false;    // selective "layernorm"
+  bool moe_act = false;      // selective "moe_act"
 
   bool full() const { return granularity == RecomputeGranularity::Full; }
   bool selective_mlp() const { return granularity == RecomputeGranularity::Selective && mlp; }
   bool selective_layernorm() const { return granularity == RecomputeGranularity::Selective && layernorm; }
+  bool selective_moe_act() const { return granularity == RecomputeGranularity::Selective && moe_act; }
   // Full recomputation's units over a chunk of `layers` layers: [first, first + count) each, in order.
   std::vector<std::pair<int, int>> units(int layers) const;
 };

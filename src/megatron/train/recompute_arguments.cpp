@@ -22,12 +22,8 @@ std::vector<std::string> modules(const RecomputeArguments& r) {
 // Megatron's module names this implementation has no recomputation for, with the reason.
 void refused_modules(const std::vector<std::string>& names, std::vector<std::string>& v) {
   for (const std::string& m : names) {
-    if (m == "core_attn" || m == "mlp" || m == "layernorm") continue;
-    if (m == "moe_act")
-      v.push_back("--recompute-modules moe_act is not supported yet: it needs the experts' activation output dropped "
-                  "from the second expert GEMM that reads it; use mlp, layernorm, core_attn or "
-                  "--recompute-granularity full");
-    else if (m == "moe" || m == "shared_experts")
+    if (m == "core_attn" || m == "mlp" || m == "layernorm" || m == "moe_act") continue;
+    if (m == "moe" || m == "shared_experts")
       v.push_back("--recompute-modules " + m + " is not supported yet: recomputing a router's forward would count "
                   "its tokens and load-balancing losses a second time");
     else if (m == "mla_up_proj" || m == "gdn_norm_out" || m == "gdp_in_proj" || m == "gdp_qkv" || m == "mhc")
@@ -90,6 +86,7 @@ nn::RecomputeConfig recompute_config(const Arguments& a) {
     const std::vector<std::string> m = modules(r);
     c.mlp = std::find(m.begin(), m.end(), "mlp") != m.end();
     c.layernorm = std::find(m.begin(), m.end(), "layernorm") != m.end();
+    c.moe_act = std::find(m.begin(), m.end(), "moe_act") != m.end();
   }
   return c;
 }
