@@ -231,6 +231,30 @@ TEST(Validate, SftRefusesWhatItCannotDoYet) {
   EXPECT_NO_THROW(resolve_and_validate(ok));
 }
 
+// Hybrid context parallelism: Megatron's requirements (per-token loss, no pipeline) and ours (packed documents, a
+// power-of-two CP size, a token budget), all reported at once; the budget alone is refused without the mode.
+TEST(Validate, HybridContextParallelRulesAreChecked) {
+  Arguments ok = pipeline_args(4, {"--context-parallel-size", "4", "--hybrid-context-parallel",
+                                   "--max-seqlen-per-dp-cp-rank", "256", "--calculate-per-token-loss",
+                                   "--reset-attention-mask"});
+  EXPECT_NO_THROW(resolve_and_validate(ok));
+  EXPECT_TRUE(ok.parallel.hybrid_context_parallel);
+  EXPECT_EQ(ok.parallel.max_seqlen_per_dp_cp_rank, 256);
+  Arguments alias = pipeline_args(4, {"--context-parallel-size", "4", "--dynamic-context-parallel",
+                                      "--max-seqlen-per-dp-cp-rank", "256", "--calculate-per-token-loss",
+                                      "--reset-attention-mask"});
+  EXPECT_NO_THROW(resolve_and_validate(alias));
+  EXPECT_TRUE(alias.parallel.hybrid_context_parallel);
+  Arguments bad = pipeline_args(6, {"--context-parallel-size", "3", "--hybrid-context-parallel",
+                                    "--pipeline-model-parallel-size", "2"});
+  expect_error([&] { resolve_and_validate(bad); },
+               {"power-of-two --context-parallel-size above 1, got 3", "--max-seqlen-per-dp-cp-rank N > 0",
+                "needs --calculate-per-token-loss", "packed documents (--reset-attention-mask or --sft)",
+                "--pipeline-model-parallel-size > 1 is refused"});
+  Arguments budget = pipeline_args(1, {"--max-seqlen-per-dp-cp-rank", "256"});
+  expect_error([&] { resolve_and_validate(budget); }, {"--max-seqlen-per-dp-cp-rank needs --hybrid-context-parallel"});
+}
+
 TEST(Validate, ContextParallelRulesAreChecked) {
   Arguments a = pipeline_args(8, {"--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
                                   "--hierarchical-context-parallel-sizes", "2", "2"});

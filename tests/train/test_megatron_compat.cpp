@@ -122,7 +122,7 @@ TEST(CompatFlags, NoOpsAreAcceptedAndRefusalsNameWhatToUse) {
                                        "--dynamic-context-parallel", "--position-embedding-type", "learned_absolute",
                                        "--no-position-embedding"}); },
                         {"--wandb-project p: Weights & Biases has no maintained C++ writer", "--tensorboard-dir DIR", "--ckpt-format torch:",
-                         "use --ckpt-format torch_dist", "--dynamic-context-parallel:",
+                         "use --ckpt-format torch_dist", "--hybrid-context-parallel needs a power-of-two",
                          "--no-position-embedding is deprecated"});
   bool found_refused = false, found_noop = false;
   for (const FlagStatusRow& row : flag_statuses()) {

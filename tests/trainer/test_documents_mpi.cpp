@@ -1,4 +1,4 @@
-// Documents through the trainer, under `mpiexec -np 2` (CPU ranks, fp32), on a small indexed dataset of short
+// Documents through the trainer, under `mpiexec -np 4` (CPU ranks, fp32), on a small indexed dataset of short
 // documents (3 to 12 tokens, each ending with the EOD token), so that every sample of 16 tokens holds several:
 //   - --calculate-per-token-loss with --eod-mask-loss (Llama-style, no dropout): the global batch of 8 samples as one micro-batch on one
 //     rank, as 4 micro-batches of 2 on one rank, and as DP = 2 with 4 micro-batches of 1 each (micro-batches
@@ -7,13 +7,18 @@
 //     gradient norm moves (what makes this test able to fail);
 //   - packed documents (--reset-position-ids --reset-attention-mask --eod-mask-loss) at CP = 2 (every
 //     --cp-comm-type runs the document-masked all-gather form) and at DP = 2 equal one rank within 1e-5 over
-//     10 iterations, for a GPT-style (learned positions, dropout) and a Llama-style (RoPE, GQA) model.
+//     10 iterations, for a GPT-style (learned positions, dropout) and a Llama-style (RoPE, GQA) model;
+//   - hybrid context parallelism (--hybrid-context-parallel) at CP = 2, CP = 4 and CP = 2 x DP = 2, with budgets
+//     of 3, 4 and 6 tokens a rank, so that the micro-batches run on 1, 2 and 4 CP ranks side by side (asserted on
+//     the plan of the data's first micro-batches), equals one rank within 1e-5 over 10 iterations.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 
 #include "layout_training.h"
 #include "megatron/data/indexed_dataset.h"
+#include "megatron/parallel/dynamic_cp_schedule.h"
 #include "mpi_world.h"
 
 namespace megatron::trainer {
@@ -98,7 +103,7 @@ TEST(Documents, MicroBatchesHaveDifferentTokenCounts) {
 
 TEST(Documents, PerTokenLossEqualsTheSingleBatchLoss) {
   auto world = testing::mpi_world();
-  ASSERT_EQ(world->size(), 2) << "run with mpiexec -np 2";
+  ASSERT_EQ(world->size(), 4) << "run with mpiexec -np 4";
   const std::vector<std::string> per_token = {"--eod-mask-loss", "--calculate-per-token-loss"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
@@ -121,7 +126,7 @@ TEST(Documents, PerTokenLossEqualsTheSingleBatchLoss) {
 
 TEST(Documents, PackedDocumentsTrainLikeOneRank) {
   auto world = testing::mpi_world();
-  ASSERT_EQ(world->size(), 2) << "run with mpiexec -np 2";
+  ASSERT_EQ(world->size(), 4) << "run with mpiexec -np 4";
   const parallel::ParallelSizes cp2{.context_parallel = 2};
   // Every run (the one-rank reference too) with the given document flags.
   auto with_flags = [](std::vector<std::string> flags) {
@@ -140,6 +145,60 @@ TEST(Documents, PackedDocumentsTrainLikeOneRank) {
                                      with_flags({"--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"}));
   expect_layouts_train_like_one_rank(*world, {{"CP=2, reset positions only", 2, cp2, {"--context-parallel-size", "2"}}},
                                      {{"llama", kLlama}}, with_flags({"--reset-position-ids"}));
+}
+
+// The CP sizes the hybrid plan gives the data's first 8 micro-batches (one sample each) at `budget` tokens a rank
+// over `cp` ranks, and its number of waves.
+std::pair<std::set<int>, size_t> hybrid_plan(int cp, int64_t budget) {
+  const train::Arguments a = make_args(1, kLlama, {"--reset-attention-mask"});
+  const TrainingData data(a, kEod);
+  SampleStream stream = data.stream(data::Split::train);
+  CpuAllocator host;
+  std::vector<int64_t> longest;
+  for (int m = 0; m < 8; ++m) {
+    const HostMicroBatch mb = make_host_micro_batch(stream.next(1, host), kEod, {.reset_attention_mask = true},
+                                                    {1, 0, 16}, host);
+    int64_t l = 0;
+    for (int64_t i = 0; i + 1 < mb.cu_seqlens.numel(); ++i)
+      l = std::max(l, mb.cu_seqlens.data<int64_t>()[i + 1] - mb.cu_seqlens.data<int64_t>()[i]);
+    longest.push_back(l);
+  }
+  const std::vector<parallel::CpWave> plan = parallel::plan_dynamic_cp(longest, budget, cp);
+  std::set<int> sizes;
+  for (const parallel::CpWave& w : plan)
+    for (const parallel::CpRun& r : w.runs) sizes.insert(r.size);
+  return {sizes, plan.size()};
+}
+
+TEST(Documents, HybridContextParallelTrainsLikeOneRank) {
+  auto world = testing::mpi_world();
+  ASSERT_EQ(world->size(), 4) << "run with mpiexec -np 4";
+  // The plans mix sizes and run micro-batches side by side (fewer waves than micro-batches).
+  for (const auto& [cp, budget] : {std::pair{2, int64_t(6)}, std::pair{4, int64_t(3)}, std::pair{4, int64_t(4)}}) {
+    const auto [sizes, waves] = hybrid_plan(cp, budget);
+    EXPECT_GE(sizes.size(), 2u) << "CP " << cp << ", " << budget << " tokens a rank: one CP size only";
+    EXPECT_LT(waves, 8u) << "CP " << cp << ", " << budget << " tokens a rank";
+  }
+  auto with_flags = [](std::vector<std::string> flags) {
+    return [flags](int world_size, const std::vector<std::string>& arch, const std::vector<std::string>& extra) {
+      std::vector<std::string> all = flags;
+      all.insert(all.end(), extra.begin(), extra.end());
+      return make_args(world_size, arch, all);
+    };
+  };
+  auto hybrid = [](int cp, const char* budget) {
+    return std::vector<std::string>{"--context-parallel-size", std::to_string(cp), "--hybrid-context-parallel",
+                                    "--max-seqlen-per-dp-cp-rank", budget};
+  };
+  const std::vector<Layout> layouts = {
+      {"CP=2 hybrid, 6 tokens a rank", 2, {.context_parallel = 2}, hybrid(2, "6")},
+      {"CP=4 hybrid, 3 tokens a rank", 4, {.context_parallel = 4}, hybrid(4, "3")},
+      {"CP=4 hybrid, 4 tokens a rank", 4, {.context_parallel = 4}, hybrid(4, "4")},
+      {"CP=2 x DP=2 hybrid, 4 tokens a rank", 4, {.context_parallel = 2}, hybrid(2, "4")},
+  };
+  expect_layouts_train_like_one_rank(*world, layouts, {{"gpt", kGpt}, {"llama", kLlama}},
+                                     with_flags({"--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss",
+                                                 "--calculate-per-token-loss"}));
 }
 
 }  // namespace

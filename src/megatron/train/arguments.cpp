@@ -281,6 +281,29 @@ void context_parallel_violations(const Arguments& a, Violations& v) {
   if (uses("a2a+p2p"))
     v.need(h.size() == 2, "--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes A P (the all-to-all ",
            "group size, then the ring size, A x P = CP ", cp, "), got ", h.size(), " sizes");
+  if (p.hybrid_context_parallel) {
+    // Megatron requires the per-token loss and refuses pipelining; the plan needs the documents of packed
+    // micro-batches and power-of-two CP blocks, and the layouts it runs here are plain TP x CP x DP models.
+    v.need(cp > 1 && (cp & (cp - 1)) == 0, "--hybrid-context-parallel needs a power-of-two --context-parallel-size ",
+           "above 1, got ", cp);
+    v.need(p.max_seqlen_per_dp_cp_rank > 0, "--hybrid-context-parallel needs --max-seqlen-per-dp-cp-rank N > 0 (the ",
+           "document tokens one CP rank takes), got ", p.max_seqlen_per_dp_cp_rank);
+    v.need(a.training.calculate_per_token_loss, "--hybrid-context-parallel needs --calculate-per-token-loss (as ",
+           "Megatron: micro-batches on different numbers of ranks must weigh every token the same)");
+    v.need(a.data.reset_attention_mask || a.data.sft, "--hybrid-context-parallel plans by document lengths: it needs ",
+           "packed documents (--reset-attention-mask or --sft)");
+    v.need(p.pipeline_model_parallel_size <= 1, "--hybrid-context-parallel with --pipeline-model-parallel-size > 1 ",
+           "is refused (as Megatron refuses it)");
+    v.need(a.moe.num_experts <= 0, "--hybrid-context-parallel with --num-experts: the routers' statistics groups are ",
+           "the fixed CP group's; not supported");
+    v.need(a.fp8.fp8_format.empty(), "--hybrid-context-parallel with FP8: the scaling factors are reduced over the ",
+           "fixed CP group; not supported");
+    v.need(!p.use_megatron_fsdp, "--hybrid-context-parallel with --use-megatron-fsdp is not supported");
+    v.need(p.hierarchical_context_parallel_sizes.empty(), "--hybrid-context-parallel with ",
+           "--hierarchical-context-parallel-sizes is not supported");
+  } else {
+    v.need(p.max_seqlen_per_dp_cp_rank == 0, "--max-seqlen-per-dp-cp-rank needs --hybrid-context-parallel");
+  }
   if (cp <= 1 || tp <= 0) return;
   const int heads = m.num_attention_heads / tp, groups = m.num_query_groups / tp;
   auto heads_split = [&](const char* type, int ranks) {

@@ -191,6 +191,11 @@ struct ParallelArguments {
   // or allgather, a2a+p2p; empty: p2p, Megatron's default), and for a2a+p2p the all-to-all and ring sizes.
   std::vector<std::string> cp_comm_type;
   std::vector<int> hierarchical_context_parallel_sizes;
+  // Megatron-Core's hybrid (dynamic) context parallelism: each packed micro-batch runs on as many of the CP ranks as
+  // its longest document needs at --max-seqlen-per-dp-cp-rank tokens a rank (parallel/dynamic_cp_schedule.h), the
+  // others running other micro-batches meanwhile.
+  bool hybrid_context_parallel = false;
+  int64_t max_seqlen_per_dp_cp_rank = 0;
   int expert_model_parallel_size = 1;
   int expert_tensor_parallel_size = 0;  // 0: --tensor-model-parallel-size (Megatron's default)
   bool sequence_parallel = false;

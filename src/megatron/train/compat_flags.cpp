@@ -70,18 +70,9 @@ FlagSpec ckpt_format_flag() {
 }
 
 std::vector<FlagSpec> refused_flags() {
-  // Megatron-Core's dynamic (hybrid) context parallelism: the plan and its model-level equivalence exist, the
-  // trainer does not run it yet.
-  const std::string dynamic_cp =
-      std::string(kNotYet) + "the training step runs one CP size for every micro-batch (the per-micro-batch CP plan "
-      "is parallel/dynamic_cp_schedule.h, docs/data.md); use a fixed --context-parallel-size. Megatron itself refuses "
-      "it with --pipeline-model-parallel-size > 1 and requires --calculate-per-token-loss";
   const std::string hydra = "a Hydra option of NeMo / Megatron-Bridge recipe scripts, not of Megatron-LM's pretrain_gpt; "
                             "pass Megatron's flags (or --yaml-cfg FILE)";
   return {
-      refused_flag("--dynamic-context-parallel", F::Switch, dynamic_cp),
-      refused_flag("--hybrid-context-parallel", F::Switch, dynamic_cp),
-      refused_flag("--max-seqlen-per-dp-cp-rank", F::Value, dynamic_cp),
       refused_flag("--decoupled-lr", F::Value,
                    std::string(kNotYet) + "one learning rate schedule drives every parameter; drop the flag (--lr applies "
                    "to the embedding and output layer too)"),

@@ -302,6 +302,13 @@ std::vector<FlagSpec> parallel_flags() {
            {"p2p", "a2a", "all_gather", "allgather", "a2a+p2p"}),
       flag("--hierarchical-context-parallel-sizes", &A::parallel, &P::hierarchical_context_parallel_sizes,
            "a2a+p2p: the all-to-all group size, then the ring size (product = CP)"),
+      flag("--hybrid-context-parallel", &A::parallel, &P::hybrid_context_parallel,
+           "packed documents: each micro-batch runs on the fewest CP ranks its longest document needs (a power of "
+           "two), the others running other micro-batches meanwhile (needs --max-seqlen-per-dp-cp-rank)"),
+      flag("--dynamic-context-parallel", &A::parallel, &P::hybrid_context_parallel,
+           "the same as --hybrid-context-parallel (the name NVIDIA's blog uses)"),
+      flag("--max-seqlen-per-dp-cp-rank", &A::parallel, &P::max_seqlen_per_dp_cp_rank,
+           "hybrid context parallelism: the tokens of one document one CP rank takes"),
       flag("--expert-model-parallel-size", &A::parallel, &P::expert_model_parallel_size,
            "EP: the experts of each MoE layer split over this many ranks (folded over DP x CP x TP)"),
       flag("--expert-tensor-parallel-size", &A::parallel, &P::expert_tensor_parallel_size,

@@ -133,6 +133,7 @@ void Trainer::setup() {
   per_token_loss_ = t.calculate_per_token_loss;
   token_weighted_ = per_token_loss_ || document_flags_.eod_mask_loss || sft;
   prefetch_offloaded_gradients();
+  build_hybrid_cp_models();
 }
 
 void Trainer::mark_fp8_params() {
@@ -216,11 +217,13 @@ size_t Trainer::optimizer_host_state_bytes() const {
 int64_t Trainer::local_seq() const { return args_.model.seq_length / parallel_->cp_size(); }
 
 HostMicroBatch Trainer::prepare_micro_batch(SampleStream& data) {
-  const Tensor samples = next_micro_batch(data);
+  return host_micro_batch(next_micro_batch(data), data, parallel_->cp_size(), parallel_->cp().rank());
+}
+
+HostMicroBatch Trainer::host_micro_batch(const Tensor& samples, const SampleStream& data, int cp_size, int cp_rank) {
   // Context parallelism: this rank's chunks of each sequence (Megatron's get_batch_on_this_cp_rank).
   const bool packed = data.layout() == SampleLayout::PackedConversations;
-  const parallel::SequenceSplit split{parallel_->cp_size(), parallel_->cp().rank(),
-                                      packed ? samples.dim(1) / 2 - 1 : samples.dim(1) - 1};
+  const parallel::SequenceSplit split{cp_size, cp_rank, packed ? samples.dim(1) / 2 - 1 : samples.dim(1) - 1};
   if (packed) return make_packed_host_micro_batch(samples, split, host_);
   return make_host_micro_batch(samples, data.eod(), document_flags_, split, host_);
 }
@@ -230,7 +233,8 @@ nn::StageInput Trainer::upload(const HostMicroBatch& mb) {
                     .loss_mask = loss_mask_, .cu_seqlens = mb.cu_seqlens};
   copy_tensor(ctx_, in.tokens, mb.tokens);
   copy_tensor(ctx_, in.labels, mb.labels);
-  if (mb.loss_tokens != double(mb.loss_mask.numel())) {  // some tokens do not count: this micro-batch's own mask
+  // Some tokens do not count, or the rows are split over fewer CP ranks (hybrid CP): this micro-batch's own mask.
+  if (mb.loss_tokens != double(mb.loss_mask.numel()) || mb.loss_mask.shape() != loss_mask_.shape()) {
     in.loss_mask = ctx_.empty(mb.loss_mask.shape(), DType::F32);
     copy_tensor(ctx_, in.loss_mask, mb.loss_mask);
   }
@@ -413,7 +417,9 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   MicroBatchLosses losses;
   {
     TimerScope timer(timers_, "forward-backward", 1);
-    losses = run_micro_batches(train_data, iteration, /*forward_only=*/false, num_micro_batches_);
+    losses = args_.parallel.hybrid_context_parallel
+                 ? run_hybrid_cp_micro_batches(train_data, iteration, num_micro_batches_)
+                 : run_micro_batches(train_data, iteration, /*forward_only=*/false, num_micro_batches_);
   }
   {
     TimelineScope span(timeline_, "finalize grads", "grad-reduce");

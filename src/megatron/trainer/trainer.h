@@ -43,6 +43,7 @@
 // every token weighs the same whatever the micro-batch, data-parallel rank or context-parallel chunk it is in.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -151,6 +152,8 @@ class Trainer {
   std::vector<optim::Fp8ParamScaling> fp8_param_scalings();
   // This rank's next micro-batch, made on the host (tokens, labels, masks and positions; micro_batch.h).
   HostMicroBatch prepare_micro_batch(SampleStream& data);
+  // The host micro-batch of `samples` (read from `data`) as CP rank `cp_rank` of `cp_size` holds it.
+  HostMicroBatch host_micro_batch(const Tensor& samples, const SampleStream& data, int cp_size, int cp_rank);
   // Each micro-batch's loss (the last stage's device scalars; empty elsewhere) and the tokens its loss mask
   // counts (on the ranks that read data).
   struct MicroBatchLosses {
@@ -171,6 +174,13 @@ class Trainer {
   Tensor next_micro_batch(SampleStream& data);
   // The schedule over `num_micro_batches` micro-batches of `data`; returns each micro-batch's loss.
   MicroBatchLosses run_micro_batches(SampleStream& data, int64_t iteration, bool forward_only, int num_micro_batches);
+  // --hybrid-context-parallel (hybrid_context_parallel.cpp): a copy of the model for each power-of-two CP size c
+  // below the launch's, on this rank's aligned block of c CP ranks, computing with the model's own parameter
+  // tensors; and the training micro-batches run as parallel/dynamic_cp_schedule.h plans them, each on the CP
+  // ranks its longest document needs. Without a pipeline (refused), the model is one chunk.
+  void build_hybrid_cp_models();
+  void share_parameters_with_hybrid_cp_models();
+  MicroBatchLosses run_hybrid_cp_micro_batches(SampleStream& data, int64_t iteration, int num_micro_batches);
   nn::ParamHooks fsdp_hooks();
   // The mean of the micro-batch losses (the last stage's), averaged over DP; every rank gets the same value.
   // With the document flags or the per-token loss, Megatron's token-weighted mean instead: sum(loss x tokens)
@@ -216,6 +226,7 @@ class Trainer {
   data::DocumentFlags document_flags_;
   bool per_token_loss_ = false;   // --calculate-per-token-loss
   bool token_weighted_ = false;   // the reported loss weighs micro-batches by their counted tokens
+  std::map<int, std::vector<std::unique_ptr<nn::GPTModel>>> hybrid_cp_models_;  // by CP size, below the launch's
 };
 
 }  // namespace megatron::trainer
