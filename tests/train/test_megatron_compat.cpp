@@ -184,6 +184,17 @@ sgd_momentum: 0.9
   EXPECT_EQ(a.training.train_iters, 10);
   EXPECT_EQ(a.data.data_cache_path, (dir / "cache").string());
   EXPECT_EQ(a.training.profile_ranks, std::vector<int>{0});
+  // Hybrid context parallelism as Megatron's YAML (TransformerConfig) spells it.
+  std::ofstream(dir / "hybrid.yaml") << "num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nseq_length: 64\n"
+                                        "micro_batch_size: 1\nglobal_batch_size: 8\ntrain_iters: 2\nmock_data: True\n"
+                                        "vocab_size: 4096\nlr: 1.0e-4\nmodel_parallel:\n  context_parallel_size: 4\n"
+                                        "  hybrid_context_parallel: True\n  max_seqlen_per_dp_cp_rank: 16\n"
+                                        "calculate_per_token_loss: True\nreset_attention_mask: True\n";
+  Arguments hybrid = parse_arguments({"--yaml-cfg", (dir / "hybrid.yaml").string()});
+  hybrid.parallel.world_size = 4;
+  resolve_and_validate(hybrid);
+  EXPECT_TRUE(hybrid.parallel.hybrid_context_parallel);
+  EXPECT_EQ(hybrid.parallel.max_seqlen_per_dp_cp_rank, 16);
 
   std::ofstream(dir / "bad.yaml") << "num_layers: 2\nfancy_new_setting: 7\nlanguage_model:\n  squared_relu: True\n";
   testing::expect_error([&] { parse_arguments({"--yaml-cfg", (dir / "bad.yaml").string()}); },

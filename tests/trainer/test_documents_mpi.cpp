@@ -8,7 +8,8 @@
 //   - packed documents (--reset-position-ids --reset-attention-mask --eod-mask-loss) at CP = 2 (every
 //     --cp-comm-type runs the document-masked all-gather form) and at DP = 2 equal one rank within 1e-5 over
 //     10 iterations, for a GPT-style (learned positions, dropout) and a Llama-style (RoPE, GQA) model;
-//   - hybrid context parallelism (--hybrid-context-parallel) at CP = 2, CP = 4 and CP = 2 x DP = 2, with budgets
+//   - hybrid context parallelism (--hybrid-context-parallel) at CP = 2, CP = 4, CP = 2 x DP = 2 and TP = 2 + SP x
+//     CP = 2, with budgets
 //     of 3, 4 and 6 tokens a rank, so that the micro-batches run on 1, 2 and 4 CP ranks side by side (asserted on
 //     the plan of the data's first micro-batches), equals one rank within 1e-5 over 10 iterations.
 #include <gtest/gtest.h>
@@ -195,6 +196,12 @@ TEST(Documents, HybridContextParallelTrainsLikeOneRank) {
       {"CP=4 hybrid, 3 tokens a rank", 4, {.context_parallel = 4}, hybrid(4, "3")},
       {"CP=4 hybrid, 4 tokens a rank", 4, {.context_parallel = 4}, hybrid(4, "4")},
       {"CP=2 x DP=2 hybrid, 4 tokens a rank", 4, {.context_parallel = 2}, hybrid(2, "4")},
+      {"TP=2 + SP x CP=2 hybrid, 4 tokens a rank", 4, {.tensor_model_parallel = 2, .context_parallel = 2},
+       [&] {
+         std::vector<std::string> f = hybrid(2, "4");
+         f.insert(f.end(), {"--tensor-model-parallel-size", "2", "--sequence-parallel"});
+         return f;
+       }()},
   };
   expect_layouts_train_like_one_rank(*world, layouts, {{"gpt", kGpt}, {"llama", kLlama}},
                                      with_flags({"--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss",
