@@ -486,6 +486,15 @@ TEST(Validate, RecomputeFlagsResolveAndEveryRuleIsReported) {
                     resolve_and_validate(c); },
                {"must not be given with --recompute-granularity selective", "--recompute-modules shared_experts",
                 "--recompute-modules moe", "'attn' is not one of Megatron's modules"});
+  Arguments distributed = pipeline_args(2, {"--tensor-model-parallel-size", "2", "--recompute-granularity", "full",
+                                            "--recompute-method", "uniform", "--recompute-num-layers", "1",
+                                            "--distribute-saved-activations"});
+  resolve_and_validate(distributed);
+  EXPECT_TRUE(recompute_config(distributed).distribute_saved_activations);
+  expect_error([] { Arguments c = fp8_args({"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                            "--recompute-num-layers", "1", "--distribute-saved-activations"});
+                    resolve_and_validate(c); },
+               {"needs --tensor-model-parallel-size > 1"});
   expect_error([] { Arguments c = fp8_args({"--recompute-method", "block", "--distribute-saved-activations"});
                     resolve_and_validate(c); },
                {"--recompute-method block needs --recompute-granularity full",

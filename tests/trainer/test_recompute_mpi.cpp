@@ -83,6 +83,35 @@ TEST(Recompute, EveryRecomputationIsBitwiseInvisibleAtEveryLayout) {
   }
 }
 
+// --distribute-saved-activations: full recomputation's kept unit inputs split over TP (no sequence parallelism)
+// and all-gathered before the recomputation, GPT- and Llama-style at TP=2: bitwise the run without recomputation.
+TEST(Recompute, DistributedSavedActivationsAreBitwiseInvisible) {
+  auto world = testing::mpi_world();
+  const Layout tp2{"TP=2", 2, {.tensor_model_parallel = 2},
+                   {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "8"}};
+  for (const auto& [arch_name, arch] : {Architecture{"gpt", kGpt}, Architecture{"llama", kLlama}}) {
+    const TrainingData data(make_args(1, arch, {}), 4098);
+    const std::shared_ptr<comm::Communicator> sub = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "layout");
+    if (sub) {
+      const parallel::ParallelContext pc = parallel::ParallelContext::create(sub, tp2.sizes);
+      const TrainedRun plain = train_layout(make_args(2, arch, tp2.flags), pc, data);
+      for (const auto& [name, flags] :
+           std::vector<std::pair<std::string, std::vector<std::string>>>{
+               {"full uniform 1", {"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                   "--recompute-num-layers", "1"}},
+               {"full block 2", {"--recompute-granularity", "full", "--recompute-method", "block",
+                                 "--recompute-num-layers", "2"}}}) {
+        SCOPED_TRACE(str_cat(arch_name, ", TP=2: ", name, ", distributed saved activations"));
+        std::vector<std::string> f = tp2.flags;
+        f.insert(f.end(), flags.begin(), flags.end());
+        f.push_back("--distribute-saved-activations");
+        expect_bitwise(train_layout(make_args(2, arch, f), pc, data), plain);
+      }
+    }
+    world->barrier();
+  }
+}
+
 // The routed experts' activation recomputed (moe_act), alone and with the norms: a Llama-style MoE (4 experts, top
 // 2, a shared expert, every other layer MoE) at one rank and at EP=2 and EP=4 with the all-to-all dispatcher.
 TEST(Recompute, MoeActivationRecomputationIsBitwiseInvisible) {

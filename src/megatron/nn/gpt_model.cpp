@@ -240,7 +240,7 @@ ResidualStream GPTModel::layers_forward(Context& ctx, StageSaved& saved, Residua
     call_hook(options.hooks.after_forward, layer_groups_[i]);
     if (recomputed) {
       RecomputedLayers& u = saved.recomputed.back();
-      if (u.passes.empty()) u.input = layer_saved.input_norm.x;  // residual + branch, as the norm summed it
+      if (u.passes.empty()) u.input = unit_input(ctx, layer_saved.input_norm.x, u);  // residual + branch
       u.passes.push_back(pass);
       saved.layers.emplace_back();  // layer_saved is dropped here: the backward computes it again
       if (int(i) + 1 == units[unit].first + units[unit].second) ++unit;
@@ -252,11 +252,28 @@ ResidualStream GPTModel::layers_forward(Context& ctx, StageSaved& saved, Residua
   return stream;
 }
 
+Tensor GPTModel::unit_input(Context& ctx, const Tensor& x, RecomputedLayers& u) const {
+  if (!config_.recompute.distribute_saved_activations || !tp_.enabled() || tp_.sp()) return x;
+  const int64_t n = x.numel(), part = n / tp_.size();
+  MEGATRON_CHECK(n % tp_.size() == 0, "--distribute-saved-activations: a layer input of ", n,
+                 " elements does not split into ", tp_.size(), " equal parts");
+  u.input_shape = x.shape();
+  Tensor mine = ctx.empty({part}, x.dtype());
+  ops::copy(ctx, mine, x.view({n}).slice(int64_t(tp_.rank()) * part, int64_t(tp_.rank() + 1) * part));
+  return mine;
+}
+
 void GPTModel::recompute_unit_ending_at(Context& ctx, StageSaved& s, size_t last, const ParamHooks& hooks) const {
   for (RecomputedLayers& u : s.recomputed) {
     if (u.first + u.passes.size() != last + 1 || !u.input.defined()) continue;
-    ResidualStream stream{std::move(u.input), Tensor()};
+    Tensor input = std::move(u.input);
     u.input = Tensor();
+    if (u.input_shape.rank() > 0) {  // distributed over TP: the whole input again
+      Tensor whole = ctx.empty(u.input_shape, input.dtype());
+      tp_.group->all_gather(whole.view({whole.numel()}), input, ctx.stream());
+      input = whole;
+    }
+    ResidualStream stream{std::move(input), Tensor()};
     for (size_t j = 0; j < u.passes.size(); ++j) {
       ResidualStream next;
       call_hook(hooks.before_recompute ? hooks.before_recompute : hooks.before_forward, layer_groups_[u.first + j]);

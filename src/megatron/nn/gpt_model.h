@@ -139,7 +139,8 @@ struct HeadSaved {
 // gives that norm the same rounded sum, and the gradient of a sum is that of each of its parts).
 struct RecomputedLayers {
   size_t first = 0;                 // the unit's first layer (index in the stage)
-  Tensor input;                     // undefined once recomputed
+  Tensor input;                     // undefined once recomputed; distributed: this TP rank's 1/TP of it, flat
+  Shape input_shape;                // distributed: the whole input's
   std::vector<LayerPass> passes;    // one per layer of the unit
 };
 
@@ -231,6 +232,9 @@ class GPTModel {
   // Full recomputation: when the backward reaches layer `last` and it ends a unit, the unit's forwards run again
   // from its saved input, filling in its layers' saved state.
   void recompute_unit_ending_at(Context& ctx, StageSaved& s, size_t last, const ParamHooks& hooks) const;
+  // What a full-recomputation unit keeps of its input x: x itself, or with --distribute-saved-activations (TP
+  // without SP) a copy of this rank's 1/TP of it, its shape noted in u.
+  Tensor unit_input(Context& ctx, const Tensor& x, RecomputedLayers& u) const;
   Tensor head_forward(Context& ctx, StageSaved& saved, const ResidualStream& stream, const StageInput& input,
                       const ForwardOptions& options) const;
   Tensor head_backward(Context& ctx, HeadSaved&& saved, const ParamHooks& hooks);

@@ -38,6 +38,10 @@ struct RecomputeConfig {
   RecomputeGranularity granularity = RecomputeGranularity::None;
   RecomputeMethod method = RecomputeMethod::Uniform;
   int num_layers = 1;        // full: layers per unit (uniform) or recomputed layers per chunk (block)
+  // full, --distribute-saved-activations: each unit's kept input split over the TP ranks (1/TP each, as
+  // Megatron's split_tensor_into_1d_equal_chunks), all-gathered again before the unit's forward is recomputed;
+  // without sequence parallelism, which splits it already. No effect at TP 1.
+  bool distribute_saved_activations = false;
   bool mlp = false;          // selective "mlp"
   bool layernorm = false;    // selective "layernorm"
   bool moe_act = false;      // selective "moe_act"

@@ -260,7 +260,7 @@ std::vector<FlagSpec> recompute_flags() {
       flag("--recompute-modules", &A::recompute, &R::recompute_modules,
            "selective: the modules recomputed (default core_attn); mlp and core_attn here"),
       flag("--distribute-saved-activations", &A::recompute, &R::distribute_saved_activations,
-           "full recompute under TP without SP: split the saved inputs over TP (refused: not implemented)"),
+           "full recompute under TP without SP: split the saved layer inputs over TP, gathered again to recompute"),
   };
 }
 

@@ -67,8 +67,8 @@ std::vector<std::string> recompute_violations(const Arguments& a) {
   if (r.distribute_saved_activations) {
     need(!a.parallel.sequence_parallel, "--distribute-saved-activations cannot be used with --sequence-parallel "
                                         "(the saved inputs are split over TP already)");
-    v.push_back("--distribute-saved-activations is not supported yet: drop it (or use --sequence-parallel, which "
-                "splits the saved layer inputs over TP too)");
+    need(a.parallel.tensor_model_parallel_size > 1, "--distribute-saved-activations splits the saved layer inputs "
+         "over the tensor-parallel ranks: it needs --tensor-model-parallel-size > 1 (as Megatron)");
   }
   return v;
 }
@@ -81,6 +81,7 @@ nn::RecomputeConfig recompute_config(const Arguments& a) {
     c.granularity = nn::RecomputeGranularity::Full;
     c.method = r.recompute_method == "block" ? nn::RecomputeMethod::Block : nn::RecomputeMethod::Uniform;
     c.num_layers = std::max(1, r.recompute_num_layers);
+    c.distribute_saved_activations = r.distribute_saved_activations;
   } else if (g == "selective") {
     c.granularity = nn::RecomputeGranularity::Selective;
     const std::vector<std::string> m = modules(r);

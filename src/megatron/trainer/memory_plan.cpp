@@ -151,7 +151,8 @@ ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::C
       unit += saved[size_t(i)];
       recomputed[size_t(i)] = true;
     }
-    c.saved += x.tensor(x.region, x.h, x.e);  // the unit's input
+    // The unit's input (--distribute-saved-activations: 1/TP of it; with SP the region is split already).
+    c.saved += x.tensor(x.region, x.h, x.e) / (recompute.distribute_saved_activations && x.region == x.T ? x.t : 1);
     c.rebuilt = std::max(c.rebuilt, unit);
   }
   for (size_t i = 0; i < saved.size(); ++i)
