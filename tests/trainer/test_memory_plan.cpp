@@ -5,6 +5,7 @@
 // scripts/memory_plan_check.sh.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "layout_training.h"
@@ -42,6 +43,10 @@ TEST(MemoryPlan, PredictsTheMeasuredPeak) {
                                                    "uniform", "--recompute-num-layers", "1"})},
       {"llama bf16, selective mlp", with(kLlama, {"--bf16", "--recompute-granularity", "selective",
                                                   "--recompute-modules", "mlp"})},
+      {"llama bf16, selective layernorm", with(kLlama, {"--bf16", "--recompute-granularity", "selective",
+                                                        "--recompute-modules", "layernorm"})},
+      {"llama bf16, selective layernorm + mlp", with(kLlama, {"--bf16", "--recompute-granularity", "selective",
+                                                              "--recompute-modules", "layernorm", "mlp"})},
       {"llama fp32 FP8", with(kLlama, {"--fp8-format", "hybrid"})},
       {"llama bf16, offload 0.5", with(kLlama, {"--bf16", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "0.5"})},
       {"llama bf16, FSDP optim_grads_params", with(kLlama, {"--bf16", "--use-megatron-fsdp"})},
@@ -64,6 +69,31 @@ TEST(MemoryPlan, PredictsTheMeasuredPeak) {
     EXPECT_NEAR(predicted_here, measured, 0.02 * measured) << "predicted " << predicted_here << " bytes, measured "
                                                            << measured;
   }
+}
+
+// Hybrid context parallelism may run a micro-batch on one CP rank: its activations are planned as CP 1's, where
+// fixed CP 4 plans a quarter of the tokens.
+TEST(MemoryPlan, HybridContextParallelPlansAWholeMicroBatchOnOneRank) {
+  auto plan_at = [](std::vector<std::string> flags) {
+    std::vector<std::string> argv = {
+        "--num-layers", "3", "--hidden-size", "128", "--num-attention-heads", "4", "--seq-length", "128",
+        "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "2", "--lr", "1e-3", "--mock-data",
+        "--vocab-size", "4096", "--device", "cpu", "--calculate-per-token-loss", "--reset-attention-mask",
+        "--ffn-hidden-size", "352"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    train::Arguments a = train::parse_arguments(argv);
+    a.parallel.world_size = 4;
+    train::resolve_and_validate(a);
+    return plan_memory(a);
+  };
+  const MemoryPlan fixed = plan_at({"--context-parallel-size", "4"});
+  const MemoryPlan hybrid = plan_at({"--context-parallel-size", "4", "--hybrid-context-parallel",
+                                     "--max-seqlen-per-dp-cp-rank", "32"});
+  const MemoryPlan one = plan_at({});
+  EXPECT_DOUBLE_EQ(hybrid.worst().activations_per_microbatch, one.worst().activations_per_microbatch);
+  EXPECT_LT(fixed.worst().activations_per_microbatch, 0.5 * hybrid.worst().activations_per_microbatch);
+  EXPECT_TRUE(std::any_of(hybrid.notes.begin(), hybrid.notes.end(),
+                          [](const std::string& n) { return n.find("--hybrid-context-parallel") != std::string::npos; }));
 }
 
 // The layout search: every candidate splits the GPUs exactly, passes the launch's validation and fits; the

@@ -46,7 +46,9 @@ Dims dims_of(const train::Arguments& a) {
   x.V = a.padded_vocab_size();
   x.e = a.training.bf16 || a.training.fp16 ? 2 : 4;
   x.t = p.tensor_model_parallel_size;
-  x.T = double(a.training.micro_batch_size) * m.seq_length / p.context_parallel_size;
+  // Hybrid CP may run a micro-batch on a single rank (its longest document within the per-rank budget): its
+  // activations are then the whole rows', so they are planned at CP 1.
+  x.T = double(a.training.micro_batch_size) * m.seq_length / (p.hybrid_context_parallel ? 1 : p.context_parallel_size);
   x.region = p.sequence_parallel ? x.T / x.t : x.T;
   x.bias = !m.disable_bias_linear;
   x.layernorm = m.normalization != "RMSNorm";
@@ -254,6 +256,9 @@ MemoryPlan plan_memory(const train::Arguments& a) {
   MemoryPlan plan;
   if (a.moe.num_experts > 0)
     plan.notes.push_back("MoE layers are planned as dense layers: the experts' token counts depend on the routing");
+  if (a.parallel.hybrid_context_parallel)
+    plan.notes.push_back("--hybrid-context-parallel: activations planned for a micro-batch on one CP rank (the whole "
+                         "rows), the most a run can hold");
   const Dims x = dims_of(a);
   const train::ParallelArguments& p = a.parallel;
   const parallel::PipelineSplitConfig split_config = train::pipeline_split_config(a);
