@@ -81,6 +81,16 @@ inline void expect_same_training(const TrainedRun& run, const TrainedRun& refere
   expect_rel(run.valid_loss, reference.valid_loss, kTolerance, "validation loss");
 }
 
+// Bit for bit: every loss and gradient norm, the router losses and the validation loss.
+inline void expect_identical_training(const TrainedRun& got, const TrainedRun& want) {
+  for (int it = 0; it < kIterations; ++it) {
+    EXPECT_EQ(got.losses[size_t(it)], want.losses[size_t(it)]) << "loss of iteration " << it + 1;
+    EXPECT_EQ(got.grad_norms[size_t(it)], want.grad_norms[size_t(it)]) << "grad norm of iteration " << it + 1;
+  }
+  EXPECT_EQ(got.moe_losses, want.moe_losses) << "router losses";
+  EXPECT_EQ(got.valid_loss, want.valid_loss) << "validation loss";
+}
+
 struct Layout {
   std::string name;
   int ranks;
@@ -122,6 +132,34 @@ inline void expect_layouts_train_like_one_rank(comm::Communicator& world, const 
         ASSERT_EQ(a.padded_vocab_size(), ref_args.padded_vocab_size());
         expect_same_training(train_layout(a, parallel::ParallelContext::create(sub, l.sizes), data, params_dtype),
                              references[l.function]);
+      }
+      world.barrier();
+    }
+  }
+}
+
+// Flags that must not change the numbers (recomputation, offload, ...), by name.
+using Variants = std::vector<std::pair<std::string, std::vector<std::string>>>;
+
+// Every layout of every architecture on the first l.ranks ranks: each variant's flags added to the layout's train
+// bit for bit like the layout alone.
+inline void expect_variants_identical(comm::Communicator& world, const std::vector<Layout>& layouts,
+                                      const std::vector<Architecture>& archs, const MakeArgs& make_args,
+                                      const Variants& variants) {
+  for (const auto& [arch_name, arch] : archs) {
+    const train::Arguments ref_args = make_args(1, arch, {});
+    const TrainingData data(ref_args, ref_args.model.vocab_size - 1);
+    for (const Layout& l : layouts) {
+      const std::shared_ptr<comm::Communicator> sub = world.split(world.rank() < l.ranks ? 0 : -1, world.rank(), "layout");
+      if (sub) {
+        const parallel::ParallelContext pc = parallel::ParallelContext::create(sub, l.sizes);
+        const TrainedRun plain = train_layout(make_args(l.ranks, arch, l.flags), pc, data);
+        for (const auto& [name, flags] : variants) {
+          SCOPED_TRACE(str_cat(arch_name, ", ", l.name, ": ", name));
+          std::vector<std::string> f = l.flags;
+          f.insert(f.end(), flags.begin(), flags.end());
+          expect_identical_training(train_layout(make_args(l.ranks, arch, f), pc, data), plain);
+        }
       }
       world.barrier();
     }

@@ -50,24 +50,11 @@ TEST(OptimizerOffload, EveryFractionTrainsBitwiseLikeNoOffload) {
           SCOPED_TRACE(str_cat(name, precision.empty() ? " fp32" : " bf16", ", offload fraction ", fraction));
           std::vector<std::string> f = base;
           f.insert(f.end(), {"--optimizer-cpu-offload", "--optimizer-offload-fraction", fraction});
-          const TrainedRun run = train_layout(make_args(ranks, f), pc, data);
-          for (int it = 0; it < kIterations; ++it) {
-            EXPECT_EQ(run.losses[size_t(it)], plain.losses[size_t(it)]) << "loss of iteration " << it + 1;
-            EXPECT_EQ(run.grad_norms[size_t(it)], plain.grad_norms[size_t(it)]) << "grad norm of iteration " << it + 1;
-          }
-          EXPECT_EQ(run.valid_loss, plain.valid_loss);
+          expect_identical_training(train_layout(make_args(ranks, f), pc, data), plain);
         }
       }
       world->barrier();
     }
-}
-
-void expect_bitwise(const TrainedRun& got, const TrainedRun& want) {
-  for (int it = 0; it < kIterations; ++it) {
-    EXPECT_EQ(got.losses[size_t(it)], want.losses[size_t(it)]) << "loss of iteration " << it + 1;
-    EXPECT_EQ(got.grad_norms[size_t(it)], want.grad_norms[size_t(it)]) << "grad norm of iteration " << it + 1;
-  }
-  EXPECT_EQ(got.valid_loss, want.valid_loss) << "validation loss";
 }
 
 TEST(OptimizerOffload, OverlappedTransfersCopyOnlyFinalGradients) {
@@ -106,7 +93,7 @@ TEST(OptimizerOffload, OverlappedTransfersCopyOnlyFinalGradients) {
         std::vector<std::string> f = base;
         f.insert(f.end(), {"--optimizer-cpu-offload", "--optimizer-offload-fraction", fraction,
                            "--overlap-cpu-optimizer-d2h-h2d"});
-        expect_bitwise(train_layout(make_args(c.ranks, f, c.tied), pc, data), plain);
+        expect_identical_training(train_layout(make_args(c.ranks, f, c.tied), pc, data), plain);
       }
     }
     world->barrier();

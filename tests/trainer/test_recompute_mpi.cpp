@@ -36,7 +36,7 @@ const std::vector<std::string> kLlama = {"--group-query-attention", "--num-query
                                          "--untie-embeddings-and-output-weights", "--disable-bias-linear"};
 const std::vector<std::string> kGpt = {"--max-position-embeddings", "32"};
 
-const std::vector<std::pair<std::string, std::vector<std::string>>> kRecomputations = {
+const Variants kRecomputations = {
     {"full uniform 1", {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"}},
     {"full uniform 2", {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "2"}},
     {"full block 2", {"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2"}},
@@ -45,14 +45,6 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kRecomputati
     {"selective layernorm + mlp", {"--recompute-granularity", "selective", "--recompute-modules", "layernorm", "mlp"}},
     {"selective core_attn (--recompute-activations)", {"--recompute-activations"}},
 };
-
-void expect_bitwise(const TrainedRun& got, const TrainedRun& want) {
-  for (int it = 0; it < kIterations; ++it) {
-    EXPECT_EQ(got.losses[size_t(it)], want.losses[size_t(it)]) << "loss of iteration " << it + 1;
-    EXPECT_EQ(got.grad_norms[size_t(it)], want.grad_norms[size_t(it)]) << "grad norm of iteration " << it + 1;
-  }
-  EXPECT_EQ(got.valid_loss, want.valid_loss) << "validation loss";
-}
 
 TEST(Recompute, EveryRecomputationIsBitwiseInvisibleAtEveryLayout) {
   auto world = testing::mpi_world();
@@ -64,23 +56,7 @@ TEST(Recompute, EveryRecomputationIsBitwiseInvisibleAtEveryLayout) {
       {"PP=2", 2, {.pipeline_model_parallel = 2}, {"--pipeline-model-parallel-size", "2"}},
       {"CP=2", 2, {.context_parallel = 2}, {"--context-parallel-size", "2"}},
   };
-  for (const auto& [arch_name, arch] : {Architecture{"gpt", kGpt}, Architecture{"llama", kLlama}}) {
-    const TrainingData data(make_args(1, arch, {}), 4098);
-    for (const Layout& l : layouts) {
-      const std::shared_ptr<comm::Communicator> sub = world->split(world->rank() < l.ranks ? 0 : -1, world->rank(), "layout");
-      if (sub) {
-        const parallel::ParallelContext pc = parallel::ParallelContext::create(sub, l.sizes);
-        const TrainedRun plain = train_layout(make_args(l.ranks, arch, l.flags), pc, data);
-        for (const auto& [name, flags] : kRecomputations) {
-          SCOPED_TRACE(str_cat(arch_name, ", ", l.name, ": ", name));
-          std::vector<std::string> f = l.flags;
-          f.insert(f.end(), flags.begin(), flags.end());
-          expect_bitwise(train_layout(make_args(l.ranks, arch, f), pc, data), plain);
-        }
-      }
-      world->barrier();
-    }
-  }
+  expect_variants_identical(*world, layouts, {{"gpt", kGpt}, {"llama", kLlama}}, make_args, kRecomputations);
 }
 
 // --distribute-saved-activations: full recomputation's kept unit inputs split over TP (no sequence parallelism)
@@ -89,27 +65,13 @@ TEST(Recompute, DistributedSavedActivationsAreBitwiseInvisible) {
   auto world = testing::mpi_world();
   const Layout tp2{"TP=2", 2, {.tensor_model_parallel = 2},
                    {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "8"}};
-  for (const auto& [arch_name, arch] : {Architecture{"gpt", kGpt}, Architecture{"llama", kLlama}}) {
-    const TrainingData data(make_args(1, arch, {}), 4098);
-    const std::shared_ptr<comm::Communicator> sub = world->split(world->rank() < 2 ? 0 : -1, world->rank(), "layout");
-    if (sub) {
-      const parallel::ParallelContext pc = parallel::ParallelContext::create(sub, tp2.sizes);
-      const TrainedRun plain = train_layout(make_args(2, arch, tp2.flags), pc, data);
-      for (const auto& [name, flags] :
-           std::vector<std::pair<std::string, std::vector<std::string>>>{
-               {"full uniform 1", {"--recompute-granularity", "full", "--recompute-method", "uniform",
-                                   "--recompute-num-layers", "1"}},
-               {"full block 2", {"--recompute-granularity", "full", "--recompute-method", "block",
-                                 "--recompute-num-layers", "2"}}}) {
-        SCOPED_TRACE(str_cat(arch_name, ", TP=2: ", name, ", distributed saved activations"));
-        std::vector<std::string> f = tp2.flags;
-        f.insert(f.end(), flags.begin(), flags.end());
-        f.push_back("--distribute-saved-activations");
-        expect_bitwise(train_layout(make_args(2, arch, f), pc, data), plain);
-      }
-    }
-    world->barrier();
-  }
+  expect_variants_identical(
+      *world, {tp2}, {{"gpt", kGpt}, {"llama", kLlama}}, make_args,
+      {{"full uniform 1, distributed saved activations", {"--recompute-granularity", "full", "--recompute-method",
+                                                          "uniform", "--recompute-num-layers", "1",
+                                                          "--distribute-saved-activations"}},
+       {"full block 2, distributed saved activations", {"--recompute-granularity", "full", "--recompute-method", "block",
+                                                        "--recompute-num-layers", "2", "--distribute-saved-activations"}}});
 }
 
 // The routed experts' activation recomputed (moe_act), alone and with the norms: a Llama-style MoE (4 experts, top
@@ -127,25 +89,10 @@ TEST(Recompute, MoeActivationRecomputationIsBitwiseInvisible) {
       {"EP=2", 2, {.expert_model_parallel = 2}, {"--expert-model-parallel-size", "2"}},
       {"EP=4", 4, {.expert_model_parallel = 4}, {"--expert-model-parallel-size", "4"}},
   };
-  const TrainingData data(make_args(1, arch, {}), 4098);
-  for (const Layout& l : layouts) {
-    const std::shared_ptr<comm::Communicator> sub = world->split(world->rank() < l.ranks ? 0 : -1, world->rank(), "layout");
-    if (sub) {
-      const parallel::ParallelContext pc = parallel::ParallelContext::create(sub, l.sizes);
-      const TrainedRun plain = train_layout(make_args(l.ranks, arch, l.flags), pc, data);
-      for (const std::vector<std::string>& modules :
-           {std::vector<std::string>{"moe_act"}, std::vector<std::string>{"moe_act", "layernorm"}}) {
-        SCOPED_TRACE(str_cat(l.name, ": selective ", modules.size() == 1 ? "moe_act" : "moe_act + layernorm"));
-        std::vector<std::string> f = l.flags;
-        f.insert(f.end(), {"--recompute-granularity", "selective", "--recompute-modules"});
-        f.insert(f.end(), modules.begin(), modules.end());
-        const TrainedRun run = train_layout(make_args(l.ranks, arch, f), pc, data);
-        expect_bitwise(run, plain);
-        EXPECT_EQ(run.moe_losses, plain.moe_losses);
-      }
-    }
-    world->barrier();
-  }
+  expect_variants_identical(*world, layouts, {{"moe", arch}}, make_args,
+                            {{"selective moe_act", {"--recompute-granularity", "selective", "--recompute-modules", "moe_act"}},
+                             {"selective moe_act + layernorm", {"--recompute-granularity", "selective",
+                                                                "--recompute-modules", "moe_act", "layernorm"}}});
 }
 
 TEST(Recompute, FullRecomputationInFp8IsBitwiseInvisible) {
@@ -157,7 +104,8 @@ TEST(Recompute, FullRecomputationInFp8IsBitwiseInvisible) {
                                      "--recompute-num-layers", "2"});
   const TrainingData data(make_args(1, kLlama, fp8), 4098);
   const parallel::ParallelContext pc = parallel::ParallelContext::single();
-  expect_bitwise(train_layout(make_args(1, kLlama, recompute), pc, data), train_layout(make_args(1, kLlama, fp8), pc, data));
+  expect_identical_training(train_layout(make_args(1, kLlama, recompute), pc, data),
+                            train_layout(make_args(1, kLlama, fp8), pc, data));
 }
 
 }  // namespace
