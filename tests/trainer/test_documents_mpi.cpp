@@ -159,10 +159,7 @@ std::pair<std::set<int>, size_t> hybrid_plan(int cp, int64_t budget) {
   for (int m = 0; m < 8; ++m) {
     const HostMicroBatch mb = make_host_micro_batch(stream.next(1, host), kEod, {.reset_attention_mask = true},
                                                     {1, 0, 16}, host);
-    int64_t l = 0;
-    for (int64_t i = 0; i + 1 < mb.cu_seqlens.numel(); ++i)
-      l = std::max(l, mb.cu_seqlens.data<int64_t>()[i + 1] - mb.cu_seqlens.data<int64_t>()[i]);
-    longest.push_back(l);
+    longest.push_back(longest_document(mb.cu_seqlens));
   }
   const std::vector<parallel::CpWave> plan = parallel::plan_dynamic_cp(longest, budget, cp);
   std::set<int> sizes;

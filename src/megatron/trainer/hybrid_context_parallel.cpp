@@ -13,36 +13,12 @@
 // tokens wherever they are computed, the reduction over DP x CP adds every rank's part, and finalize divides by the
 // global token count; dropout draws by global position, whatever the split. No hook marks a bucket's gradients final
 // during these backwards (the runs per rank differ), so the data-parallel reduction starts after them.
-#include <algorithm>
-
 #include "megatron/core/error.h"
 #include "megatron/parallel/dynamic_cp_schedule.h"
 #include "megatron/trainer/model_chunks.h"
 #include "megatron/trainer/trainer.h"
 
 namespace megatron::trainer {
-
-namespace {
-
-// The longest document of a micro-batch's whole rows (its cu_seqlens over b x S tokens).
-int64_t longest_document(const HostMicroBatch& whole) {
-  MEGATRON_CHECK(whole.cu_seqlens.defined(), "--hybrid-context-parallel: a micro-batch without document offsets "
-                 "(the validation requires --reset-attention-mask or --sft)");
-  const int64_t* offsets = whole.cu_seqlens.data<int64_t>();
-  int64_t longest = 0;
-  for (int64_t i = 0; i + 1 < whole.cu_seqlens.numel(); ++i) longest = std::max(longest, offsets[i + 1] - offsets[i]);
-  return longest;
-}
-
-double document_squares(const HostMicroBatch& whole) {
-  const int64_t* offsets = whole.cu_seqlens.data<int64_t>();
-  double squares = 0;
-  for (int64_t i = 0; i + 1 < whole.cu_seqlens.numel(); ++i)
-    squares += double(offsets[i + 1] - offsets[i]) * double(offsets[i + 1] - offsets[i]);
-  return squares;
-}
-
-}  // namespace
 
 void Trainer::build_hybrid_cp_models() {
   if (!args_.parallel.hybrid_context_parallel) return;
@@ -92,8 +68,10 @@ Trainer::MicroBatchLosses Trainer::run_hybrid_cp_micro_batches(SampleStream& dat
     for (int m = 0; m < M; ++m) {
       samples.push_back(next_micro_batch(data));
       const HostMicroBatch whole = host_micro_batch(samples.back(), data, 1, 0);
-      longest.push_back(longest_document(whole));
-      result.document_squares += document_squares(whole);  // every CP rank holds every row, as with fixed CP
+      MEGATRON_CHECK(whole.cu_seqlens.defined(), "--hybrid-context-parallel: a micro-batch without document offsets "
+                     "(the validation requires --reset-attention-mask or --sft)");
+      longest.push_back(longest_document(whole.cu_seqlens));
+      result.document_squares += document_squares(whole.cu_seqlens);  // every CP rank holds every row, as fixed CP
     }
   }
   const int C = parallel_->cp_size(), rank = parallel_->cp().rank();

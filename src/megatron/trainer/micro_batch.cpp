@@ -84,4 +84,19 @@ HostMicroBatch make_packed_host_micro_batch(const Tensor& rows, const parallel::
   return mb;
 }
 
+double document_squares(const Tensor& cu_seqlens) {
+  const int64_t* offsets = cu_seqlens.data<int64_t>();
+  double squares = 0;
+  for (int64_t i = 0; i + 1 < cu_seqlens.numel(); ++i)
+    squares += double(offsets[i + 1] - offsets[i]) * double(offsets[i + 1] - offsets[i]);
+  return squares;
+}
+
+int64_t longest_document(const Tensor& cu_seqlens) {
+  const int64_t* offsets = cu_seqlens.data<int64_t>();
+  int64_t longest = 0;
+  for (int64_t i = 0; i + 1 < cu_seqlens.numel(); ++i) longest = std::max(longest, offsets[i + 1] - offsets[i]);
+  return longest;
+}
+
 }  // namespace megatron::trainer

@@ -36,4 +36,9 @@ HostMicroBatch make_host_micro_batch(const Tensor& samples, int64_t eod, const d
 // position_ids and cu_seqlens are always defined; the CP cut is as above.
 HostMicroBatch make_packed_host_micro_batch(const Tensor& rows, const parallel::SequenceSplit& split, Allocator& host);
 
+// Over the documents of cu_seqlens (host I64 [N + 1]): the sum of their squared lengths (what the attention
+// computes, train/flops.h) and the longest.
+double document_squares(const Tensor& cu_seqlens);
+int64_t longest_document(const Tensor& cu_seqlens);
+
 }  // namespace megatron::trainer

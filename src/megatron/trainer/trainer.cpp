@@ -318,10 +318,7 @@ nn::ParamHooks Trainer::fsdp_hooks() {
 void Trainer::MicroBatchLosses::record(const HostMicroBatch& mb) {
   loss_tokens.push_back(mb.loss_tokens);
   row_loss_tokens.push_back(mb.row_loss_tokens);
-  if (!mb.cu_seqlens.defined()) return;
-  const int64_t* offsets = mb.cu_seqlens.data<int64_t>();
-  for (int64_t i = 0; i + 1 < mb.cu_seqlens.numel(); ++i)
-    document_squares += double(offsets[i + 1] - offsets[i]) * double(offsets[i + 1] - offsets[i]);
+  if (mb.cu_seqlens.defined()) document_squares += trainer::document_squares(mb.cu_seqlens);
 }
 
 nn::ForwardOptions Trainer::micro_batch_options(int64_t iteration, int M, int m, bool forward_only, double loss_scale,

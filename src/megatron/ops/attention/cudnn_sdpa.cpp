@@ -25,6 +25,7 @@
 #include <cudnn_frontend.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -310,6 +311,18 @@ RaggedTensors ragged_tensors(fe::graph::Graph& g, const VarlenProblem& p) {
           index("offset_stats", kOffsetStats, p.N + 1)};
 }
 
+// The graph's Q, K, V inputs as windows of the packed [T, heads, D] tensors at their ragged offsets.
+std::array<std::shared_ptr<fe::graph::Tensor_attributes>, 3> ragged_qkv(fe::graph::Graph& g, const VarlenProblem& p,
+                                                                         const RaggedTensors& r) {
+  auto Q = bshd_tensor(g, "Q", kQ, p.N, p.H, p.Sq, p.D);
+  auto K = bshd_tensor(g, "K", kK, p.N, p.G, p.Skv, p.D);
+  auto V = bshd_tensor(g, "V", kV, p.N, p.G, p.Skv, p.D);
+  Q->set_ragged_offset(r.offset_q);
+  K->set_ragged_offset(r.offset_kv);
+  V->set_ragged_offset(r.offset_kv);
+  return {Q, K, V};
+}
+
 // Token-major statistics [T, H] as cuDNN's [N, H, Sq, 1] windows.
 fe::graph::Tensor_attributes& varlen_stats(fe::graph::Tensor_attributes& t, const VarlenProblem& p,
                                            const RaggedTensors& r) {
@@ -332,12 +345,7 @@ SdpaPlan build_varlen_forward(Context& ctx, const VarlenProblem& p) {
   const Problem shape = p.as_problem();
   auto graph = new_graph(shape);
   const RaggedTensors r = ragged_tensors(*graph, p);
-  auto Q = bshd_tensor(*graph, "Q", kQ, p.N, p.H, p.Sq, p.D);
-  auto K = bshd_tensor(*graph, "K", kK, p.N, p.G, p.Skv, p.D);
-  auto V = bshd_tensor(*graph, "V", kV, p.N, p.G, p.Skv, p.D);
-  Q->set_ragged_offset(r.offset_q);
-  K->set_ragged_offset(r.offset_kv);
-  V->set_ragged_offset(r.offset_kv);
+  auto [Q, K, V] = ragged_qkv(*graph, p, r);
   auto options =
       fe::graph::SDPA_attributes().set_name("attention_forward_varlen").set_generate_stats(true).set_attn_scale(p.scale);
   set_varlen_masks(options, p, r);
@@ -352,13 +360,11 @@ SdpaPlan build_varlen_backward(Context& ctx, const VarlenProblem& p, bool determ
   const Problem shape = p.as_problem();
   auto graph = new_graph(shape);
   const RaggedTensors r = ragged_tensors(*graph, p);
-  auto Q = bshd_tensor(*graph, "Q", kQ, p.N, p.H, p.Sq, p.D);
-  auto K = bshd_tensor(*graph, "K", kK, p.N, p.G, p.Skv, p.D);
-  auto V = bshd_tensor(*graph, "V", kV, p.N, p.G, p.Skv, p.D);
+  auto [Q, K, V] = ragged_qkv(*graph, p, r);
   auto O = bshd_tensor(*graph, "O", kO, p.N, p.H, p.Sq, p.D);
   auto dO = bshd_tensor(*graph, "dO", kdO, p.N, p.H, p.Sq, p.D);
-  for (auto* t : {&Q, &O, &dO}) (*t)->set_ragged_offset(r.offset_q);
-  for (auto* t : {&K, &V}) (*t)->set_ragged_offset(r.offset_kv);
+  O->set_ragged_offset(r.offset_q);
+  dO->set_ragged_offset(r.offset_q);
   auto Stats = graph->tensor(fe::graph::Tensor_attributes().set_name("Stats"));
   varlen_stats(*Stats, p, r);
   auto options = fe::graph::SDPA_backward_attributes()
