@@ -179,13 +179,14 @@ TEST(Resume, BitExactWithOptimizerCpuOffload) {
 }
 
 // FP8 on mock data: delayed scaling (its amax histories and scales are state the checkpoint must carry: the
-// resumed process starts from fresh ones) and tensorwise scaling (no state).
+// resumed process starts from fresh ones), tensorwise and blockwise scaling (no state).
 const std::vector<std::string> kFp8Delayed = {"--fp8-format", "hybrid", "--fp8-recipe", "delayed",
                                               "--fp8-amax-history-len", "4", "--fp8-amax-compute-algo", "max"};
 
 TEST(Resume, BitExactInFp8) {
   for (const std::vector<std::string>& recipe :
-       {kFp8Delayed, std::vector<std::string>{"--fp8-format", "e4m3", "--fp8-recipe", "tensorwise"}}) {
+       {kFp8Delayed, std::vector<std::string>{"--fp8-format", "e4m3", "--fp8-recipe", "tensorwise"},
+        std::vector<std::string>{"--fp8-format", "hybrid", "--fp8-recipe", "blockwise"}}) {
     SCOPED_TRACE(recipe[3]);
     std::vector<std::string> f = base_flags(8);
     f.insert(f.end(), {"--mock-data", "--vocab-size", "4096"});

@@ -1,8 +1,10 @@
 // The FP8 linear (nn/fp8_linear.h) against an fp64 reference with explicit quantisation, on the CPU's FP8
 // emulation: for both formats and both recipes, with and without bias and with the GELU paths, the forward
 // and both backward GEMMs equal  y = Q(x) Q(W)^T + b,  dx = Q(dy) Q(W),  dW += Q(dy)^T Q(x)  where
-// Q(t) = fp8(t * s) / s with the recipe's scale s (delayed: the state's; tensorwise: fp8_max / amax(t));
-// delayed scaling records max |t| of each tensor into its history slot and turns it into the next scale at
+// Q(t) = fp8(t * s) / s with the recipe's scale s (delayed: the state's; tensorwise: fp8_max / amax(t);
+// blockwise: per block, the largest power of two not above fp8_max / amax(block), with x and dy quantised
+// in 1 x 128 blocks along the dimension each GEMM reduces -- rows of x and dy for y and dx, columns of them
+// for dW -- and W in 128 x 128 blocks); delayed scaling records max |t| of each tensor into its history slot and turns it into the next scale at
 // the end of the iteration (Transformer Engine's formulas, written out here).
 #include <gtest/gtest.h>
 
@@ -40,6 +42,29 @@ double amax_of(const std::vector<double>& v) {
 std::vector<double> quantize_all(const std::vector<double>& v, float scale, DType fp8) {
   std::vector<double> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = quantized(v[i], scale, fp8);
+  return out;
+}
+
+// Blockwise scaling's quantisation of a [rows, cols] tensor: blocks of block_rows x block_cols, each with the
+// largest power of two not above fp8_max / amax(block) (1 for an all-zero block).
+std::vector<double> block_quantize(const std::vector<double>& v, int64_t rows, int64_t cols, int64_t block_rows,
+                                   int64_t block_cols, DType fp8) {
+  std::vector<double> out(v.size());
+  for (int64_t r0 = 0; r0 < rows; r0 += block_rows)
+    for (int64_t c0 = 0; c0 < cols; c0 += block_cols) {
+      const int64_t r1 = std::min(rows, r0 + block_rows), c1 = std::min(cols, c0 + block_cols);
+      float amax = 0;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(float(v[size_t(r * cols + c)])));
+      float scale = 1.0f;
+      if (amax > 0) {
+        int e = 0;
+        std::frexp(fp8_max(fp8) / amax, &e);
+        scale = std::ldexp(1.0f, e - 1);
+      }
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) out[size_t(r * cols + c)] = quantized(v[size_t(r * cols + c)], scale, fp8);
+    }
   return out;
 }
 
@@ -103,14 +128,26 @@ struct Case {
 };
 
 std::string case_name(const Case& c) {
-  return str_cat(c.format == Fp8Format::E4M3 ? "e4m3" : "hybrid", c.scaling == Fp8Scaling::Delayed ? " delayed" : " tensorwise",
-                 c.bias ? " bias" : "", c.gelu ? " gelu" : "");
+  const char* scaling = c.scaling == Fp8Scaling::Delayed      ? " delayed"
+                        : c.scaling == Fp8Scaling::Tensorwise ? " tensorwise"
+                                                              : " blockwise";
+  return str_cat(c.format == Fp8Format::E4M3 ? "e4m3" : "hybrid", scaling, c.bias ? " bias" : "", c.gelu ? " gelu" : "");
+}
+
+// The linear's shape: small for the per-tensor recipes; for blockwise, several 128-blocks with partial ones
+// at the ends of every dimension.
+struct Dims {
+  int64_t rows, in, out;
+};
+Dims dims_for(const Case& c) {
+  if (c.scaling == Fp8Scaling::Blockwise) return {160, 272, 144};
+  return {kRows, kIn, kOut};
 }
 
 const std::vector<Case> kCases = [] {
   std::vector<Case> out;
   for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::Hybrid})
-    for (Fp8Scaling s : {Fp8Scaling::Delayed, Fp8Scaling::Tensorwise})
+    for (Fp8Scaling s : {Fp8Scaling::Delayed, Fp8Scaling::Tensorwise, Fp8Scaling::Blockwise})
       for (bool bias : {false, true})
         for (bool gelu : {false, true}) out.push_back({f, s, bias, gelu});
   return out;
@@ -119,21 +156,29 @@ const std::vector<Case> kCases = [] {
 double gelu_grad(double x) { return ops::gelu_tanh_grad(x); }
 double gelu(double x) { return ops::gelu_tanh(x); }
 
-// What one FP8 linear's GEMMs must give, from the double values of its tensors.
+// What one FP8 linear's GEMMs must give, from the double values of its tensors: the dequantised operands of
+// each GEMM (the per-tensor recipes quantise x and dy once; blockwise quantises them per GEMM).
 struct Reference {
-  std::vector<double> xq, wq, dyq;  // the dequantised operands
-  float scales[3];                  // input, weight, output gradient
+  std::vector<double> xq, wq, dyq;  // y = xq wq^T, dx = dyq wq
+  std::vector<double> xq_w, dyq_w;  // dW = dyq_w^T xq_w
 };
 
 Reference quantize_operands(const Fp8Recipe& r, const float (&preset)[3], const std::vector<double>& x,
-                            const std::vector<double>& w, const std::vector<double>& dy) {
+                            const std::vector<double>& w, const std::vector<double>& dy, const Dims& d) {
   Reference ref;
-  ref.scales[0] = recipe_scale(r, preset[0], x, r.forward_dtype());
-  ref.scales[1] = recipe_scale(r, preset[1], w, r.forward_dtype());
-  ref.scales[2] = recipe_scale(r, preset[2], dy, r.grad_dtype());
-  ref.xq = quantize_all(x, ref.scales[0], r.forward_dtype());
-  ref.wq = quantize_all(w, ref.scales[1], r.forward_dtype());
-  ref.dyq = quantize_all(dy, ref.scales[2], r.grad_dtype());
+  if (r.scaling == Fp8Scaling::Blockwise) {
+    ref.xq = block_quantize(x, d.rows, d.in, 1, 128, r.forward_dtype());
+    ref.xq_w = block_quantize(x, d.rows, d.in, 128, 1, r.forward_dtype());
+    ref.wq = block_quantize(w, d.out, d.in, 128, 128, r.forward_dtype());
+    ref.dyq = block_quantize(dy, d.rows, d.out, 1, 128, r.grad_dtype());
+    ref.dyq_w = block_quantize(dy, d.rows, d.out, 128, 1, r.grad_dtype());
+    return ref;
+  }
+  ref.xq = quantize_all(x, recipe_scale(r, preset[0], x, r.forward_dtype()), r.forward_dtype());
+  ref.wq = quantize_all(w, recipe_scale(r, preset[1], w, r.forward_dtype()), r.forward_dtype());
+  ref.dyq = quantize_all(dy, recipe_scale(r, preset[2], dy, r.grad_dtype()), r.grad_dtype());
+  ref.xq_w = ref.xq;
+  ref.dyq_w = ref.dyq;
   return ref;
 }
 
@@ -161,10 +206,11 @@ class Fp8LinearTest : public ::testing::TestWithParam<Case> {};
 // Column-parallel linear (TP = 1): forward with the optional fused GELU, both backward GEMMs.
 TEST_P(Fp8LinearTest, ColumnLinearMatchesExplicitQuantisation) {
   const Case c = GetParam();
+  const Dims d = dims_for(c);
   Context& ctx = cpu_context();
   const Fp8Recipe recipe{.enabled = true, .format = c.format, .scaling = c.scaling};
   auto state = std::make_shared<Fp8ScalingState>(recipe);
-  ColumnParallelLinear lin(ctx, "layer.fc", kIn, kOut, c.bias, DType::F32, {});
+  ColumnParallelLinear lin(ctx, "layer.fc", d.in, d.out, c.bias, DType::F32, {});
   lin.init(ctx, 7, 0.3);
   if (c.bias) testing::fill_normal(lin.bias.value, 3, 0.5);
   lin.enable_fp8(state);
@@ -172,19 +218,19 @@ TEST_P(Fp8LinearTest, ColumnLinearMatchesExplicitQuantisation) {
   // Delayed scaling's preset scales saturate some elements of every tensor (|x| > 448 / 300, ...).
   const float preset[3] = {300.0f, 1500.0f, c.format == Fp8Format::E4M3 ? 300.0f : 20000.0f};
   if (c.scaling == Fp8Scaling::Delayed) preset_scales(ctx, *state, preset);
-  const Tensor x = host_tensor(ctx, {kRows, kIn}, 1, 1.0), dy = host_tensor(ctx, {kRows, kOut}, 2, 1.0);
-  Tensor y = ctx.empty({kRows, kOut}, DType::F32), pre = c.gelu ? ctx.empty({kRows, kOut}, DType::F32) : Tensor();
-  Tensor dx = ctx.empty({kRows, kIn}, DType::F32);
+  const Tensor x = host_tensor(ctx, {d.rows, d.in}, 1, 1.0), dy = host_tensor(ctx, {d.rows, d.out}, 2, 1.0);
+  Tensor y = ctx.empty({d.rows, d.out}, DType::F32), pre = c.gelu ? ctx.empty({d.rows, d.out}, DType::F32) : Tensor();
+  Tensor dx = ctx.empty({d.rows, d.in}, DType::F32);
   const std::vector<double> w = to_doubles(ctx, lin.weight.value);
   lin.backward(ctx, lin.forward(ctx, y, x, pre), dx, dy);
 
   const std::vector<double> xs = to_doubles(ctx, x), dys = to_doubles(ctx, dy);
-  const Reference r = quantize_operands(recipe, preset, xs, w, dys);
-  std::vector<double> want_pre = matmul(r.xq, r.wq, kRows, kIn, kOut, true);
+  const Reference r = quantize_operands(recipe, preset, xs, w, dys, d);
+  std::vector<double> want_pre = matmul(r.xq, r.wq, d.rows, d.in, d.out, true);
   if (c.bias) {
     const std::vector<double> b = to_doubles(ctx, lin.bias.value);
-    for (int64_t i = 0; i < kRows * kOut; ++i)  // the bias enters an FP8 GEMM in bf16
-      want_pre[size_t(i)] += double(to_float(bf16_from_float(float(b[size_t(i % kOut)]))));
+    for (int64_t i = 0; i < d.rows * d.out; ++i)  // the bias enters an FP8 GEMM in bf16
+      want_pre[size_t(i)] += double(to_float(bf16_from_float(float(b[size_t(i % d.out)]))));
   }
   std::vector<double> want_y = want_pre;
   if (c.gelu) {
@@ -192,12 +238,12 @@ TEST_P(Fp8LinearTest, ColumnLinearMatchesExplicitQuantisation) {
     expect_close(to_doubles(ctx, pre), want_pre, 1e-5, "pre-activation");
   }
   expect_close(to_doubles(ctx, y), want_y, 1e-5, "y");
-  expect_close(to_doubles(ctx, dx), matmul(r.dyq, r.wq, kRows, kOut, kIn, false), 1e-5, "dx");
-  expect_close(to_doubles(ctx, lin.weight.main_grad), matmul(transpose(r.dyq, kRows, kOut), r.xq, kOut, kRows, kIn, false),
+  expect_close(to_doubles(ctx, dx), matmul(r.dyq, r.wq, d.rows, d.out, d.in, false), 1e-5, "dx");
+  expect_close(to_doubles(ctx, lin.weight.main_grad), matmul(transpose(r.dyq_w, d.rows, d.out), r.xq_w, d.out, d.rows, d.in, false),
                1e-5, "dW");
   if (c.bias) {
-    std::vector<double> db(size_t(kOut), 0.0);
-    for (int64_t i = 0; i < kRows * kOut; ++i) db[size_t(i % kOut)] += dys[size_t(i)];
+    std::vector<double> db(size_t(d.out), 0.0);
+    for (int64_t i = 0; i < d.rows * d.out; ++i) db[size_t(i % d.out)] += dys[size_t(i)];
     expect_close(to_doubles(ctx, lin.bias.main_grad), db, 1e-5, "db (from the unquantised dy)");
   }
   if (c.scaling == Fp8Scaling::Delayed) expect_delayed_bookkeeping(ctx, *state, xs, w, dys);
@@ -206,31 +252,32 @@ TEST_P(Fp8LinearTest, ColumnLinearMatchesExplicitQuantisation) {
 // Row-parallel linear (TP = 1) with the GELU's backward fused into dx: dx = (Q(dy) Q(W)) * gelu'(pre).
 TEST_P(Fp8LinearTest, RowLinearMatchesExplicitQuantisation) {
   const Case c = GetParam();
+  const Dims d = dims_for(c);
   Context& ctx = cpu_context();
   const Fp8Recipe recipe{.enabled = true, .format = c.format, .scaling = c.scaling};
   auto state = std::make_shared<Fp8ScalingState>(recipe);
-  RowParallelLinear lin(ctx, "layer.proj", kIn, kOut, c.bias, DType::F32, {});
+  RowParallelLinear lin(ctx, "layer.proj", d.in, d.out, c.bias, DType::F32, {});
   lin.init(ctx, 9, 0.2);
   lin.enable_fp8(state);
   state->allocate(ctx);
   const float preset[3] = {100.0f, 2000.0f, c.format == Fp8Format::E4M3 ? 150.0f : 9000.0f};
   if (c.scaling == Fp8Scaling::Delayed) preset_scales(ctx, *state, preset);
-  const Tensor x = host_tensor(ctx, {kRows, kIn}, 4, 2.0), dy = host_tensor(ctx, {kRows, kOut}, 5, 1.0);
-  const Tensor pre = c.gelu ? host_tensor(ctx, {kRows, kIn}, 6, 1.5) : Tensor();
-  Tensor y = ctx.empty({kRows, kOut}, DType::F32), dx = ctx.empty({kRows, kIn}, DType::F32);
+  const Tensor x = host_tensor(ctx, {d.rows, d.in}, 4, 2.0), dy = host_tensor(ctx, {d.rows, d.out}, 5, 1.0);
+  const Tensor pre = c.gelu ? host_tensor(ctx, {d.rows, d.in}, 6, 1.5) : Tensor();
+  Tensor y = ctx.empty({d.rows, d.out}, DType::F32), dx = ctx.empty({d.rows, d.in}, DType::F32);
   const std::vector<double> w = to_doubles(ctx, lin.weight.value);
   lin.backward(ctx, lin.forward(ctx, y, x), dx, dy, pre);
 
   const std::vector<double> xs = to_doubles(ctx, x), dys = to_doubles(ctx, dy);
-  const Reference r = quantize_operands(recipe, preset, xs, w, dys);
-  expect_close(to_doubles(ctx, y), matmul(r.xq, r.wq, kRows, kIn, kOut, true), 1e-5, "y");
-  std::vector<double> want_dx = matmul(r.dyq, r.wq, kRows, kOut, kIn, false);
+  const Reference r = quantize_operands(recipe, preset, xs, w, dys, d);
+  expect_close(to_doubles(ctx, y), matmul(r.xq, r.wq, d.rows, d.in, d.out, true), 1e-5, "y");
+  std::vector<double> want_dx = matmul(r.dyq, r.wq, d.rows, d.out, d.in, false);
   if (c.gelu) {
     const std::vector<double> p = to_doubles(ctx, pre);
     for (size_t i = 0; i < want_dx.size(); ++i) want_dx[i] *= gelu_grad(p[i]);
   }
   expect_close(to_doubles(ctx, dx), want_dx, 1e-5, "dx");
-  expect_close(to_doubles(ctx, lin.weight.main_grad), matmul(transpose(r.dyq, kRows, kOut), r.xq, kOut, kRows, kIn, false),
+  expect_close(to_doubles(ctx, lin.weight.main_grad), matmul(transpose(r.dyq_w, d.rows, d.out), r.xq_w, d.out, d.rows, d.in, false),
                1e-5, "dW");
   if (c.scaling == Fp8Scaling::Delayed) expect_delayed_bookkeeping(ctx, *state, xs, w, dys);
 }

@@ -44,6 +44,7 @@ struct Spec {
   float alpha = 1.0f, beta = 0.0f;
   GemmEpilogue epi = GemmEpilogue::None;
   bool aux = false, bgrad = false, b_shared = false, d_scale = false, amax = false, tf32 = false;
+  Fp8ScaleLayout la = Fp8ScaleLayout::Tensor, lb = Fp8ScaleLayout::Tensor;  // fp8: the scales' layouts
   double nmse = 0;  // threshold for D (and the aux output); 0: the default of D's dtype
 };
 
@@ -73,8 +74,8 @@ OpCase make_case(const Spec& s) {
     bias_in = add_input({Shape{s.n}, bias_dtype});
   }
   if (fp8) {
-    as_in = add_input({Shape{1}, DType::F32, 0.5, 2.0});
-    bs_in = add_input({Shape{1}, DType::F32, 0.5, 2.0});
+    as_in = add_input({fp8_scale_shape(s.la, s.m, s.k), DType::F32, 0.5, 2.0});
+    bs_in = add_input({fp8_scale_shape(s.lb, s.n, s.k), DType::F32, 0.5, 2.0});
   }
   if (s.d_scale) ds_in = add_input({Shape{1}, DType::F32, 0.25, 1.0});
   // DGelu reads the pre-GELU values; a wide range reaches both tails of gelu'.
@@ -109,6 +110,8 @@ OpCase make_case(const Spec& s) {
     o.epilogue = s.epi;
     o.allow_tf32 = s.tf32;
     if (bias_in >= 0) o.bias = in[bias_in];
+    o.a_scale_layout = s.la;
+    o.b_scale_layout = s.lb;
     if (as_in >= 0) o.a_scale = in[as_in];
     if (bs_in >= 0) o.b_scale = in[bs_in];
     if (ds_in >= 0) o.d_scale = in[ds_in];
@@ -225,6 +228,21 @@ std::vector<OpCase> gemm_cases() {
       add({.name = base + "_256x128x1024", .a = p.a, .b = p.b, .d = d, .m = 256, .n = 128, .k = 1024, .tb = true,
            .nmse = nmse});
     }
+  // Block scaling (1x128 activations / gradients, 128x128 weights): partial blocks in K, M and N.
+  for (auto [la, lb] : {std::pair{Fp8ScaleLayout::Rows1x128, Fp8ScaleLayout::Blocks128x128},
+                        std::pair{Fp8ScaleLayout::Blocks128x128, Fp8ScaleLayout::Rows1x128},
+                        std::pair{Fp8ScaleLayout::Rows1x128, Fp8ScaleLayout::Rows1x128}})
+    for (auto [a, b] : {std::pair{DType::F8E4M3, DType::F8E4M3}, std::pair{DType::F8E5M2, DType::F8E4M3}}) {
+      const std::string base = str_cat(dtype_name(a), "x", dtype_name(b), "_", fp8_scale_layout_name(la), "_x_",
+                                       fp8_scale_layout_name(lb));
+      add({.name = base + "_to_bf16_176x272x400", .a = a, .b = b, .d = DType::BF16, .m = 176, .n = 272, .k = 400,
+           .tb = true, .la = la, .lb = lb});
+      add({.name = base + "_to_f32_beta1_256x144x272", .a = a, .b = b, .d = DType::F32, .m = 256, .n = 144, .k = 272,
+           .tb = true, .beta = 1.0f, .la = la, .lb = lb, .nmse = kFp8Accum});
+    }
+  add({.name = "f8e4m3_1x128_x_128x128_to_bf16_bias_64x144x256", .a = DType::F8E4M3, .b = DType::F8E4M3,
+       .d = DType::BF16, .m = 64, .n = 144, .k = 256, .tb = true, .epi = GemmEpilogue::Bias,
+       .la = Fp8ScaleLayout::Rows1x128, .lb = Fp8ScaleLayout::Blocks128x128});
   add({.name = "f8e4m3_to_bf16_bias_64x48x128", .a = DType::F8E4M3, .b = DType::F8E4M3, .d = DType::BF16, .m = 64,
        .n = 48, .k = 128, .tb = true, .epi = GemmEpilogue::Bias});
   add({.name = "f8e4m3_to_bf16_bias_gelu_aux_64x48x128", .a = DType::F8E4M3, .b = DType::F8E4M3, .d = DType::BF16,
@@ -358,6 +376,35 @@ TEST(GemmCpu, Fp8AppliesScalesAndAmax) {
   for (int64_t i = 0; i < m * n; ++i) {
     double want = to_double(fp8e4m3_from_float(float(0.25 * at(d, i))));
     EXPECT_EQ(at(d8, i), want) << "element " << i;
+  }
+}
+
+// Block scales: every element of A and B dequantised by its own block's scale (gemm.h's layouts), against
+// plain loops that look the scales up from the layouts' formulas; K, M and N end in partial blocks.
+TEST(GemmCpu, Fp8BlockScalesApplyPerBlock) {
+  Context& ctx = testing::cpu_context();
+  const int64_t m = 48, n = 160, k = 272;
+  Tensor a = random_cpu(Shape{m, k}, DType::F8E4M3, 21);
+  Tensor b = random_cpu(Shape{n, k}, DType::F8E4M3, 22);
+  for (auto [la, lb] : {std::pair{Fp8ScaleLayout::Rows1x128, Fp8ScaleLayout::Blocks128x128},
+                        std::pair{Fp8ScaleLayout::Blocks128x128, Fp8ScaleLayout::Rows1x128},
+                        std::pair{Fp8ScaleLayout::Rows1x128, Fp8ScaleLayout::Rows1x128}}) {
+    Tensor sa = random_cpu(fp8_scale_shape(la, m, k), DType::F32, 23);
+    Tensor sb = random_cpu(fp8_scale_shape(lb, n, k), DType::F32, 24);
+    auto scale = [](const Tensor& s, Fp8ScaleLayout l, int64_t row, int64_t q) {
+      const int64_t ld = s.dim(1);
+      return double(l == Fp8ScaleLayout::Rows1x128 ? s.data<float>()[(q / 128) * ld + row]
+                                                   : s.data<float>()[(row / 128) * ld + q / 128]);
+    };
+    Tensor d = ctx.empty(Shape{m, n}, DType::F32);
+    gemm(ctx, d, a, b, {.transpose_b = true, .a_scale = sa, .b_scale = sb, .a_scale_layout = la, .b_scale_layout = lb});
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (int64_t q = 0; q < k; ++q) want += at(a, i * k + q) * scale(sa, la, i, q) * at(b, j * k + q) * scale(sb, lb, j, q);
+        EXPECT_NEAR(at(d, i * n + j), want, 1e-4 * (1 + std::abs(want)))
+            << fp8_scale_layout_name(la) << " x " << fp8_scale_layout_name(lb) << " at (" << i << ", " << j << ")";
+      }
   }
 }
 
@@ -580,6 +627,27 @@ TEST(GemmBadInput, Fp8NeedsTnLayoutScalesAndMultiplesOf16) {
   Tensor b5 = ctx.empty(Shape{16, 32}, DType::F8E5M2), a5 = ctx.empty(Shape{16, 32}, DType::F8E5M2);
   EXPECT_THAT(error_of([&] { gemm(ctx, d, a5, b5, {.transpose_b = true, .a_scale = s, .b_scale = s}); }),
               HasSubstr("f8e5m2 x f8e5m2 is not supported"));
+
+  // Block scaling: both operands block-scaled, not 128x128 on both, the scales' shapes, the supported options.
+  Tensor a6 = ctx.empty(Shape{16, 32}, DType::F8E4M3), b6 = ctx.empty(Shape{16, 32}, DType::F8E4M3);
+  const Tensor rows = ctx.empty(fp8_scale_shape(Fp8ScaleLayout::Rows1x128, 16, 32), DType::F32);
+  const Tensor blocks = ctx.empty(fp8_scale_shape(Fp8ScaleLayout::Blocks128x128, 16, 32), DType::F32);
+  EXPECT_THAT(error_of([&] { gemm(ctx, d, a6, b6, {.transpose_b = true, .a_scale = rows, .b_scale = s,
+                                                   .a_scale_layout = Fp8ScaleLayout::Rows1x128}); }),
+              HasSubstr("fp8 block scaling needs both operands block-scaled"));
+  EXPECT_THAT(error_of([&] { gemm(ctx, d, a6, b6, {.transpose_b = true, .a_scale = blocks, .b_scale = blocks,
+                                                   .a_scale_layout = Fp8ScaleLayout::Blocks128x128,
+                                                   .b_scale_layout = Fp8ScaleLayout::Blocks128x128}); }),
+              HasSubstr("not 128x128 on both"));
+  EXPECT_THAT(error_of([&] { gemm(ctx, d, a6, b6, {.transpose_b = true, .a_scale = blocks, .b_scale = rows,
+                                                   .a_scale_layout = Fp8ScaleLayout::Rows1x128,
+                                                   .b_scale_layout = Fp8ScaleLayout::Rows1x128}); }),
+              HasSubstr("argument a_scale"));
+  EXPECT_THAT(error_of([&] { gemm(ctx, d, a6, b6, {.transpose_b = true, .a_scale = rows, .b_scale = rows,
+                                                   .a_scale_layout = Fp8ScaleLayout::Rows1x128,
+                                                   .b_scale_layout = Fp8ScaleLayout::Rows1x128,
+                                                   .fp8_fast_accum = true}); }),
+              HasSubstr("fp8_fast_accum off"));
 }
 
 TEST(GemmBadInput, OptionsOutsideTheirDomain) {
@@ -588,7 +656,7 @@ TEST(GemmBadInput, OptionsOutsideTheirDomain) {
   Tensor d = ctx.empty(Shape{4, 3}, DType::F32), aux = ctx.empty(Shape{4, 3}, DType::F32);
   Tensor s = ctx.empty(Shape{1}, DType::F32), db = ctx.empty(Shape{4}, DType::F32);
   EXPECT_THAT(error_of([&] { gemm(ctx, d, a, b, {.a_scale = s}); }),
-              HasSubstr("gemm: a_scale / b_scale are for fp8 inputs only"));
+              HasSubstr("gemm: a_scale / b_scale and their layouts are for fp8 inputs only"));
   EXPECT_THAT(error_of([&] { gemm(ctx, d, a, b, {.d_amax_out = s}); }), HasSubstr("gemm: d_amax_out is for"));
   EXPECT_THAT(error_of([&] { gemm(ctx, d, a, b, {.gelu_input_out = aux}); }),
               HasSubstr("gemm: gelu_input_out needs the gelu or bias+gelu epilogue"));

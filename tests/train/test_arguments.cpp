@@ -434,7 +434,12 @@ TEST(Validate, Fp8FlagsResolveAndEveryFp8RuleIsReported) {
                {"does not work with --fp8-recipe delayed", "--num-layers-at-start-in-bf16 13 must be between 0 and"});
   expect_error([] { Arguments c = fp8_args({"--fp8-recipe", "blockwise", "--fp8-format", "e4m3", "--fp8-param-gather"});
                     resolve_and_validate(c); },
-               {"--fp8-recipe blockwise", "--fp8-param-gather needs --use-distributed-optimizer"});
+               {"--fp8-param-gather with --fp8-recipe blockwise is not supported",
+                "--fp8-param-gather needs --use-distributed-optimizer"});
+  Arguments blockwise = fp8_args({"--fp8-format", "hybrid", "--fp8-recipe", "blockwise"});
+  resolve_and_validate(blockwise);
+  EXPECT_EQ(fp8_recipe(blockwise).scaling, nn::Fp8Scaling::Blockwise);
+  EXPECT_EQ(fp8_recipe(blockwise).grad_dtype(), DType::F8E5M2);
   expect_error([] { Arguments c = fp8_args({"--fp8-param-gather"}); resolve_and_validate(c); },
                {"--fp8-param-gather needs --fp8-format"});
   expect_error([] { Arguments c = fp8_args({"--fp8-format", "hybrid", "--fp8-param-gather", "--use-megatron-fsdp",

@@ -7,6 +7,8 @@
 // FP8 with --fp8-param-gather) in F64.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "layout_training.h"
 #include "mpi_world.h"
 
@@ -15,17 +17,25 @@ namespace {
 
 using namespace testing_layouts;
 
-train::Arguments make_args(int world_size, const std::vector<std::string>& arch, const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {
+std::vector<std::string> base_argv() {
+  return {
       "--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "32",
       "--micro-batch-size", "1", "--global-batch-size", "8", "--train-iters", std::to_string(kIterations), "--lr", "3e-3",
       "--min-lr", "3e-4", "--lr-decay-style", "cosine", "--lr-warmup-iters", "1", "--weight-decay", "0.1",
       "--clip-grad", "0.5", "--mock-data", "--vocab-size", "4099", "--make-vocab-size-divisible-by", "16",
       "--attention-dropout", "0", "--hidden-dropout", "0", "--seed", "13", "--eval-interval", "1000", "--eval-iters", "1",
       "--ffn-hidden-size", "64", "--init-method-std", "0.1"};
+}
+
+train::Arguments args_from(std::vector<std::string> argv, int world_size, const std::vector<std::string>& arch,
+                           const std::vector<std::string>& extra) {
   argv.insert(argv.end(), arch.begin(), arch.end());
   argv.insert(argv.end(), extra.begin(), extra.end());
   return testing_layouts::layout_args(world_size, argv);
+}
+
+train::Arguments make_args(int world_size, const std::vector<std::string>& arch, const std::vector<std::string>& extra) {
+  return args_from(base_argv(), world_size, arch, extra);
 }
 
 const std::vector<std::string> kLlama = {"--group-query-attention", "--num-query-groups", "2", "--normalization",
@@ -120,6 +130,44 @@ TEST(Fp8Training, Fp8ParamGatherTrainsLikeOneRankWithoutItInDouble) {
   for (const Architecture& a : architectures())
     if (a.first.find("history") == std::string::npos) archs.push_back(a);  // hybrid delayed and tensorwise
   expect_layouts_train_like_one_rank(*world, layouts, archs, make_args, 0, DType::F64);
+}
+
+// Blockwise scaling (1 x 128 / 128 x 128 block scales): blocks never cross a tensor-parallel shard, so a model
+// whose shards are multiples of 128 wide (hidden 256 and ffn 512 over TP = 2: QKV, fc1's gate and up halves,
+// and the row-parallel inputs all split on block boundaries) quantises under TP exactly as on one rank, and data
+// parallelism and pipeline stages quantise each micro-batch as one rank does. In F64 (see above) every layout
+// must then train like one rank. This fails when a shard's blocks are misplaced, when the transposes for the
+// weight gradient reuse the forward's row blocks, or when a scale layout reaches the wrong GEMM operand.
+train::Arguments make_blockwise_args(int world_size, const std::vector<std::string>& arch,
+                                     const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = base_argv();
+  auto set = [&](const std::string& flag, const std::string& value) {
+    *(std::find(argv.begin(), argv.end(), flag) + 1) = value;
+  };
+  set("--num-layers", "2");
+  set("--hidden-size", "256");
+  set("--ffn-hidden-size", "512");
+  // No clipping: the gradient norm is summed from fp32 per-rank norms (optim/grad_clip.h), so layouts clip with
+  // coefficients ~1e-7 apart; over this model's ~10^6 quantised elements per iteration that moves one element
+  // across an fp8 rounding boundary within ten iterations. Unclipped, the updates differ by F64 noise only.
+  set("--clip-grad", "1e9");
+  return args_from(argv, world_size, arch, extra);
+}
+
+TEST(Fp8Training, BlockwiseScalingTrainsLikeOneRankInDouble) {
+  auto world = testing::mpi_world();
+  ASSERT_EQ(world->size(), 4) << "run with mpiexec -np 4";
+  std::vector<std::string> llama = kLlama;
+  for (const char* f : {"--fp8-format", "hybrid", "--fp8-recipe", "blockwise"}) llama.push_back(f);
+  const std::vector<Layout> layouts = {
+      {"TP=2 + SP", 2, {.tensor_model_parallel = 2}, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"DP=2, distributed optimizer", 2, {}, {"--use-distributed-optimizer"}},
+      {"TP=2 + SP x DP=2, distributed optimizer", 4, {.tensor_model_parallel = 2},
+       {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer"}},
+      {"PP=2", 2, {.pipeline_model_parallel = 2}, {"--pipeline-model-parallel-size", "2"}},
+  };
+  expect_layouts_train_like_one_rank(*world, layouts, {{"llama hybrid blockwise", llama}}, make_blockwise_args, 0,
+                                     DType::F64);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "megatron/ops/activation/activation.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/ops/fp8/fp8.h"
+#include "megatron/ops/fp8_block/fp8_block.h"
 #include "megatron/ops/gemm/gemm.h"
 
 namespace megatron::nn {
@@ -33,30 +34,43 @@ const Fp8CastWeight& cast_weight(Context& ctx, const Parameter& weight, const Fp
   if (weight.stored_in_fp8()) {  // --fp8-param-gather: the weight is FP8 already; only its transpose is made
     Tensor w_t = ctx.empty({weight.value.dim(1), weight.value.dim(0)}, weight.value.dtype());
     ops::transpose(ctx, w_t, weight.value);
-    state.set_cast_weight(site.index, {.w = weight.value, .w_t = w_t, .scale_inv = weight.fp8_scale_inv});
+    state.set_cast_weight(site.index, {.w = weight.value,
+                                       .w_t = w_t,
+                                       .scale_inv = weight.fp8_scale_inv,
+                                       .scale_inv_t = weight.fp8_scale_inv});
     return *state.cast_weight(site.index);
   }
   const DType dt = state.recipe().forward_dtype();
   Fp8Operand w = fp8_quantize(ctx, weight.value, dt, state, state.weight(site.index), true, true,
-                              amax_groups(split, split.weight, false));
-  state.set_cast_weight(site.index, {.w = w.q, .w_t = w.q_t, .scale_inv = w.scale_inv});
+                              amax_groups(split, split.weight, false), /*weight=*/true);
+  state.set_cast_weight(
+      site.index, {.w = w.q, .w_t = w.q_t, .scale_inv = w.scale_inv, .scale_inv_t = w.scale_inv_t, .layout = w.layout});
   return *state.cast_weight(site.index);
 }
 
 }  // namespace
 
 Fp8Operand fp8_quantize(Context& ctx, const Tensor& in, DType dtype, const Fp8ScalingState& state,
-                        const Fp8TensorScaling& slot, bool want_q, bool want_t, const Fp8AmaxGroups& groups) {
+                        const Fp8TensorScaling& slot, bool want_q, bool want_t, const Fp8AmaxGroups& groups,
+                        bool weight) {
   const Fp8Recipe& recipe = state.recipe();
   const Tensor in2 = in.view({-1, in.shape().cols()});
   const int64_t rows = in2.dim(0), cols = in2.dim(1);
   Fp8Operand out;
   if (want_q) out.q = ctx.empty({rows, cols}, dtype);
   if (want_t) out.q_t = ctx.empty({cols, rows}, dtype);
+  if (recipe.scaling == Fp8Scaling::Blockwise) {
+    out.layout = weight ? ops::Fp8ScaleLayout::Blocks128x128 : ops::Fp8ScaleLayout::Rows1x128;
+    if (want_q) out.scale_inv = ctx.empty(ops::fp8_scale_shape(out.layout, rows, cols), DType::F32);
+    if (want_t) out.scale_inv_t = ctx.empty(ops::fp8_scale_shape(out.layout, cols, rows), DType::F32);
+    ops::fp8_block_quantize(ctx, out.q, out.scale_inv, out.q_t, out.scale_inv_t, in2, out.layout);
+    return out;
+  }
   if (recipe.scaling == Fp8Scaling::Delayed) {
     // cuBLASLt refuses scale pointers inside the state's vectors (it wants them aligned beyond 4 bytes): the
     // GEMMs read a copy in an allocation of its own.
     out.scale_inv = ctx.empty({1}, DType::F32);
+    out.scale_inv_t = out.scale_inv;
     ops::copy(ctx, out.scale_inv, slot.scale_inv);
     ops::fp8_cast_transpose(ctx, out.q, out.q_t, state.recording() ? slot.amax : Tensor(), in2, slot.scale);
     return out;
@@ -70,6 +84,7 @@ Fp8Operand fp8_quantize(Context& ctx, const Tensor& in, DType dtype, const Fp8Sc
   out.scale_inv = ctx.empty({1}, DType::F32);
   ops::fp8_scale_from_amax(ctx, scale, out.scale_inv, amax, fp8_max(dtype), recipe.margin,
                            /*keep_on_invalid=*/false);
+  out.scale_inv_t = out.scale_inv;
   ops::fp8_cast_transpose(ctx, out.q, out.q_t, Tensor(), in2, scale);
   return out;
 }
@@ -86,7 +101,11 @@ LinearSaved fp8_linear_forward(Context& ctx, const Tensor& y, const Tensor& x, c
   const Fp8CastWeight& w = cast_weight(ctx, weight, site, split);
   Fp8Operand xq = fp8_quantize(ctx, x2, state.recipe().forward_dtype(), state, state.input(site.index), true, true,
                                amax_groups(split, split.input, true));
-  ops::GemmOptions opt{.transpose_b = true, .a_scale = xq.scale_inv, .b_scale = w.scale_inv};
+  ops::GemmOptions opt{.transpose_b = true,
+                       .a_scale = xq.scale_inv,
+                       .b_scale = w.scale_inv,
+                       .a_scale_layout = xq.layout,
+                       .b_scale_layout = w.layout};
   if (bias != nullptr && bias->defined()) {
     opt.epilogue = ops::GemmEpilogue::Bias;
     opt.bias = bias->value;
@@ -102,7 +121,7 @@ LinearSaved fp8_linear_forward(Context& ctx, const Tensor& y, const Tensor& x, c
     ops::gemm(ctx, gelu_input_out.view({-1, out}), xq.q, w.w, opt);
     ops::gelu_forward(ctx, y.view({-1, out}), gelu_input_out.view({-1, out}));
   }
-  return LinearSaved{.x_fp8_t = xq.q_t, .x_scale_inv = xq.scale_inv};
+  return LinearSaved{.x_fp8_t = xq.q_t, .x_scale_inv = xq.scale_inv_t, .x_scale_layout = xq.layout};
 }
 
 Fp8Grad fp8_linear_grad(Context& ctx, const Tensor& dy, const Fp8Site& site, const Fp8TensorSplit& split) {
@@ -117,7 +136,11 @@ void fp8_linear_backward_input(Context& ctx, const Tensor& dx, const Fp8Grad& g,
                                const Fp8Site& site, const Fp8TensorSplit& split, const Tensor& dx_gelu_input) {
   const int64_t in = weight.value.dim(1);
   const Fp8CastWeight& w = cast_weight(ctx, weight, site, split);
-  const ops::GemmOptions opt{.transpose_b = true, .a_scale = g.q.scale_inv, .b_scale = w.scale_inv};
+  const ops::GemmOptions opt{.transpose_b = true,
+                             .a_scale = g.q.scale_inv,
+                             .b_scale = w.scale_inv_t,
+                             .a_scale_layout = g.q.layout,
+                             .b_scale_layout = w.layout};
   if (!dx_gelu_input.defined()) {
     ops::gemm(ctx, dx.view({-1, in}), g.q.q, w.w_t, opt);
     return;
@@ -131,7 +154,12 @@ void fp8_linear_backward_weight(Context& ctx, const Fp8Grad& g, const LinearSave
                                 Parameter* bias) {
   MEGATRON_CHECK(saved.x_fp8_t.defined(), "FP8 linear ", weight.name, ": backward without its forward's FP8 input");
   ops::gemm(ctx, weight.main_grad, g.q.q_t, saved.x_fp8_t,
-            {.transpose_b = true, .beta = 1.0f, .a_scale = g.q.scale_inv, .b_scale = saved.x_scale_inv});
+            {.transpose_b = true,
+             .beta = 1.0f,
+             .a_scale = g.q.scale_inv_t,
+             .b_scale = saved.x_scale_inv,
+             .a_scale_layout = g.q.layout,
+             .b_scale_layout = saved.x_scale_layout});
   if (bias == nullptr || !bias->defined()) return;
   Tensor db = ctx.empty({g.dy.dim(1)}, DType::F32);  // the column sums come in f32
   ops::sum_columns(ctx, db, g.dy);

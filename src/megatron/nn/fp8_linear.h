@@ -13,6 +13,11 @@
 // fused GELU (gelu_input_out / dx_gelu_input, as linear.h) stay in the output dtype; the GELU
 // runs as its own pass after the GEMM here.
 //
+// Blockwise scaling (fp8_recipe.h) quantises each tensor with block scales instead (ops/fp8_block): the input
+// and the output gradient in 1 x 128 blocks, their transposes quantised on their own (blocks along the tokens,
+// which the weight gradient reduces over), the weight in 128 x 128 blocks; the GEMMs take the block scales
+// (gemm.h). Blocks never cross a tensor-parallel shard, so a layout whose shards are multiples of 128 wide
+// quantises exactly as one rank does; no amax is reduced anywhere.
 // Scales (fp8_recipe.h): delayed scaling reads the state's scales and, while the state records, max-
 // accumulates each tensor's amax into its history slot; tensorwise scaling computes the tensor's amax first
 // and casts with fp8_max / amax / 2^margin. Tensors split over tensor parallelism (the column-parallel
@@ -30,9 +35,11 @@ namespace megatron::nn {
 
 // A tensor quantised for the FP8 GEMMs.
 struct Fp8Operand {
-  Tensor q;          // [rows, cols], or undefined when not wanted
-  Tensor q_t;        // [cols, rows], or undefined when not wanted
-  Tensor scale_inv;  // F32 [1]
+  Tensor q;            // [rows, cols], or undefined when not wanted
+  Tensor q_t;          // [cols, rows], or undefined when not wanted
+  Tensor scale_inv;    // q's dequantisation scales: F32 [1], or block scales in `layout` ...
+  Tensor scale_inv_t;  // ... and q_t's (per-tensor scaling: the same F32 [1] tensor)
+  ops::Fp8ScaleLayout layout = ops::Fp8ScaleLayout::Tensor;
 };
 
 // Which of a linear's tensors are split over tensor parallelism (their amax is then reduced over `group`),
@@ -51,8 +58,10 @@ struct Fp8AmaxGroups {
 };
 
 // in [rows, cols] -> fp8 `dtype`, scaled by the recipe with `slot` (delayed scaling's state for this tensor).
+// `weight`: the tensor is a weight (128 x 128 blocks under the blockwise recipe; 1 x 128 otherwise).
 Fp8Operand fp8_quantize(Context& ctx, const Tensor& in, DType dtype, const Fp8ScalingState& state,
-                        const Fp8TensorScaling& slot, bool want_q, bool want_t, const Fp8AmaxGroups& groups);
+                        const Fp8TensorScaling& slot, bool want_q, bool want_t, const Fp8AmaxGroups& groups,
+                        bool weight = false);
 
 // The linear's output gradient, quantised for both backward GEMMs (and kept for the bias gradient).
 struct Fp8Grad {

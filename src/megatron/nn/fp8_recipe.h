@@ -7,7 +7,10 @@
 //   amax_history_len, its newest entry ("most_recent") or its maximum ("max"), then
 //   scale = fp8_max / amax / 2^margin; the amaxes of an iteration are reduced over the model's TP x DP x CP
 //   group once per iteration) or Tensorwise (current scaling: the amax of the tensor being cast, computed just
-//   before the cast; scale = fp8_max / amax / 2^margin).
+//   before the cast; scale = fp8_max / amax / 2^margin) or Blockwise (DeepSeek-V3's block scaling, Transformer
+//   Engine's Float8BlockScaling: inputs and output gradients get one power-of-two scale per 1 x 128 block
+//   along the dimension each GEMM reduces over, weights one per 128 x 128 block; every cast is its own
+//   current scaling, with no amax reduction and no state; margin and history do not apply).
 // - Which linears: those of the transformer layers (QKV, projection, fc1, fc2) except the first
 //   `layers_at_start_in_bf16` and last `layers_at_end_in_bf16` layers (--first-last-layers-bf16), and except a
 //   MoE layer's experts and router. Attention, embeddings, norms, the output layer and the loss stay in the
@@ -21,7 +24,7 @@
 namespace megatron::nn {
 
 enum class Fp8Format : uint8_t { E4M3, Hybrid };
-enum class Fp8Scaling : uint8_t { Delayed, Tensorwise };
+enum class Fp8Scaling : uint8_t { Delayed, Tensorwise, Blockwise };
 
 struct Fp8Recipe {
   bool enabled = false;

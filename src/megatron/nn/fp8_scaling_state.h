@@ -27,6 +27,7 @@
 
 #include "megatron/comm/communicator.h"
 #include "megatron/nn/fp8_recipe.h"
+#include "megatron/ops/gemm/gemm.h"
 #include "megatron/runtime/context.h"
 
 namespace megatron::nn {
@@ -38,9 +39,11 @@ struct Fp8TensorScaling {
 
 // A weight's FP8 copies for the running iteration.
 struct Fp8CastWeight {
-  Tensor w;          // [out, in]
-  Tensor w_t;        // [in, out]
-  Tensor scale_inv;  // F32 [1]
+  Tensor w;            // [out, in]
+  Tensor w_t;          // [in, out]
+  Tensor scale_inv;    // w's: F32 [1], or its 128 x 128 block scales (blockwise recipe) ...
+  Tensor scale_inv_t;  // ... w_t's (the same F32 [1] tensor under per-tensor scaling)
+  ops::Fp8ScaleLayout layout = ops::Fp8ScaleLayout::Tensor;
 };
 
 class Fp8ScalingState {

@@ -20,13 +20,15 @@
 #pragma once
 
 #include "megatron/nn/parameter.h"
+#include "megatron/ops/gemm/gemm.h"
 
 namespace megatron::nn {
 
 struct LinearSaved {
   Tensor x;            // the input [..., in] (parameter-dtype linears)
   Tensor x_fp8_t;      // FP8 linears: the input quantised and transposed [in, rows] ...
-  Tensor x_scale_inv;  // ... and its dequantisation scale (F32 [1])
+  Tensor x_scale_inv;  // ... and its dequantisation scale (F32 [1], or block scales in ...
+  ops::Fp8ScaleLayout x_scale_layout = ops::Fp8ScaleLayout::Tensor;  // ... this layout)
   bool defined() const { return x.defined() || x_fp8_t.defined(); }
 };
 

@@ -201,7 +201,8 @@ std::vector<FlagSpec> fp8_flags() {
            {"e4m3", "hybrid"}),
       alias_flag(flag("--fp8", &A::fp8, &F8::fp8_format, "", {"e4m3", "hybrid"}), "--fp8-format"),
       flag("--fp8-recipe", &A::fp8, &F8::fp8_recipe,
-           "scaling: delayed (amax history), tensorwise (current scaling); blockwise, mxfp8 and custom are refused here",
+           "scaling: delayed (amax history), tensorwise (current scaling), blockwise (1x128 / 128x128 block "
+           "scales); mxfp8 and custom are refused here",
            {"delayed", "tensorwise", "blockwise", "mxfp8", "custom"}),
       flag("--fp8-margin", &A::fp8, &F8::fp8_margin, "scale = fp8_max / amax / 2^margin"),
       flag("--fp8-interval", &A::fp8, &F8::fp8_interval, "deprecated by Transformer Engine: accepted, ignored"),

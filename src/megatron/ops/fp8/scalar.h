@@ -10,6 +10,9 @@
 
 namespace megatron::ops::fp8_detail {
 
+// The formats' largest finite values.
+inline constexpr float kE4M3Max = 448.0f, kE5M2Max = 57344.0f;
+
 // The NaN every NaN input counts as in an amax: the largest positive int32, so it wins every max.
 inline constexpr int32_t kNanKey = 0x7fffffff;
 
@@ -43,6 +46,21 @@ MEGATRON_HD float reciprocal(float scale) {
 #else
   return 1.0f / scale;
 #endif
+}
+
+// FP8 block scaling's scale for one block (ops/fp8_block/fp8_block.h): fp8_max / amax in fp32, 1 when amax
+// is not a positive finite number, FLT_MAX on overflow, then rounded down to a power of two by clearing the
+// mantissa bits (Transformer Engine's power_2_scale). The result is a normal fp32 2^e with e in [-120, 127].
+MEGATRON_HD float block_scale_from_amax(float amax, float fp8_max) {
+  const float s = scale_from_amax(amax, 1.0f, fp8_max, 1.0f, /*keep_on_invalid=*/false);
+  return detail::bits_float(detail::float_bits(s) & 0xff800000u);
+}
+
+// 1 / p for a normal power of two p = 2^e, exactly, without a division: 2^-e (a subnormal for e = 127).
+MEGATRON_HD float pow2_reciprocal(float p) {
+  const int e = int((detail::float_bits(p) >> 23) & 0xffu) - 127;
+  const int r = -e;
+  return r >= -126 ? detail::bits_float(uint32_t(r + 127) << 23) : detail::bits_float(1u << (r + 149));
 }
 
 }  // namespace megatron::ops::fp8_detail

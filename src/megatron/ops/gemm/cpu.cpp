@@ -47,19 +47,42 @@ struct Operand {
   const Acc* data = nullptr;
 };
 
+// The dequantisation scale of element (r, k) of an fp8 operand [R, K] (gemm.h's scale layouts).
+struct ScaleLookup {
+  Fp8ScaleLayout layout = Fp8ScaleLayout::Tensor;
+  const float* s = nullptr;  // null: 1
+  int64_t ld = 0;            // the scale tensor's row length
+  float at(int64_t r, int64_t k) const {
+    if (s == nullptr) return 1.0f;
+    switch (layout) {
+      case Fp8ScaleLayout::Tensor: return s[0];
+      case Fp8ScaleLayout::Rows1x128: return s[(k / 128) * ld + r];
+      case Fp8ScaleLayout::Blocks128x128: return s[(r / 128) * ld + k / 128];
+    }
+    return 1.0f;
+  }
+};
+
+ScaleLookup scale_lookup(const Tensor& scale, Fp8ScaleLayout layout) {
+  if (!scale.defined()) return {};
+  return {.layout = layout, .s = scale.data<float>(), .ld = scale.shape().cols()};
+}
+
+// `t` is [.., cols] (an fp8 operand is [R, K]: cols = K).
 template <class Acc>
-Operand<Acc> operand(const Tensor& t, float scale) {
+Operand<Acc> operand(const Tensor& t, const ScaleLookup& scale) {
   Operand<Acc> op;
   if (t.dtype() == dtype_v<Acc>) {
     op.data = t.data<Acc>();
     return op;
   }
   op.copy.resize(size_t(t.numel()));
+  const int64_t cols = t.numel() == 0 ? 1 : t.shape().cols();
   visit_float_dtype(t.dtype(), "gemm", [&]<class T>() {
     const T* p = t.data<T>();
     Acc* out = op.copy.data();
     parallel_for(t.numel(), kStreamBlock, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) out[i] = Acc(to_double(p[i])) * Acc(scale);
+      for (int64_t i = begin; i < end; ++i) out[i] = Acc(to_double(p[i])) * Acc(scale.at(i / cols, i % cols));
     });
   });
   op.data = op.copy.data();
@@ -226,8 +249,8 @@ void run(const Tensor& d, const Tensor& a, const Tensor& b, const GemmOptions& o
     if (opt.d_amax_out.defined()) opt.d_amax_out.data<float>()[0] = 0.0f;
     return;
   }
-  const Operand<Acc> wa = operand<Acc>(a, scalar_or_one(opt.a_scale));
-  const Operand<Acc> wb = operand<Acc>(b, scalar_or_one(opt.b_scale));
+  const Operand<Acc> wa = operand<Acc>(a, scale_lookup(opt.a_scale, opt.a_scale_layout));
+  const Operand<Acc> wb = operand<Acc>(b, scale_lookup(opt.b_scale, opt.b_scale_layout));
   visit_float_dtype(d.dtype(), "gemm", [&]<class TD>() {
     const Epilogue<Acc, TD> e = make_epilogue<Acc, TD>(d, opt);
     const TilePlan plan = plan_tiles(g);

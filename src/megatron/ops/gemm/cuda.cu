@@ -187,6 +187,8 @@ struct Call {
     add(has_bgrad);
     add(opt.allow_tf32);
     add(opt.fp8_fast_accum);
+    add(int(opt.a_scale_layout));
+    add(int(opt.b_scale_layout));
     add(opt.d_scale.defined());
     add(opt.d_amax_out.defined());
     for (uint32_t v : {align_a, align_b, align_c, align_d, align_bias, align_aux}) add(v);
@@ -198,6 +200,25 @@ template <class T>
 void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value, const Call& c) {
   CUBLAS_CHECK_MSG(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), " (attribute ", int(attr),
                    ", ", c.what(), ")");
+}
+
+// cuBLASLt's scale mode for one of our scale layouts (gemm.h; the layouts are cuBLASLt's, seen row-major).
+int32_t scale_mode(Fp8ScaleLayout layout) {
+  switch (layout) {
+    case Fp8ScaleLayout::Tensor: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    case Fp8ScaleLayout::Rows1x128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case Fp8ScaleLayout::Blocks128x128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  }
+  return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+
+// The fp8 descriptor attributes: fast accumulation and, with block scaling (validated: both operands), the
+// scale modes (cuBLASLt's A is our B and vice versa).
+void set_fp8_modes(cublasLtMatmulDesc_t desc, const Call& c) {
+  set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t(c.opt.fp8_fast_accum ? 1 : 0), c);
+  if (c.opt.a_scale_layout == Fp8ScaleLayout::Tensor) return;
+  set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, scale_mode(c.opt.b_scale_layout), c);
+  set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, scale_mode(c.opt.a_scale_layout), c);
 }
 
 // Pointer attributes change from call to call; they are set on the cached descriptor before each matmul.
@@ -296,7 +317,7 @@ std::shared_ptr<LtPlan> build_plan(Context& ctx, const Call& c, bool fused) {
   cublasOperation_t transb = opt.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, transa, c);
   set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, transb, c);
-  if (c.fp8) set_attr(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t(opt.fp8_fast_accum ? 1 : 0), c);
+  if (c.fp8) set_fp8_modes(p->desc, c);
 
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   if (fused) {

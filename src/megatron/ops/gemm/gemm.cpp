@@ -24,6 +24,27 @@ const char* gemm_epilogue_name(GemmEpilogue e) {
   return "?";
 }
 
+const char* fp8_scale_layout_name(Fp8ScaleLayout layout) {
+  switch (layout) {
+    case Fp8ScaleLayout::Tensor: return "tensor";
+    case Fp8ScaleLayout::Rows1x128: return "1x128 rows";
+    case Fp8ScaleLayout::Blocks128x128: return "128x128 blocks";
+  }
+  return "?";
+}
+
+Shape fp8_scale_shape(Fp8ScaleLayout layout, int64_t rows, int64_t k) {
+  constexpr int64_t kBlock = 128;
+  auto blocks = [](int64_t n) { return (n + kBlock - 1) / kBlock; };
+  auto pad4 = [](int64_t n) { return (n + 3) / 4 * 4; };
+  switch (layout) {
+    case Fp8ScaleLayout::Tensor: return Shape{1};
+    case Fp8ScaleLayout::Rows1x128: return Shape{blocks(k), pad4(rows)};
+    case Fp8ScaleLayout::Blocks128x128: return Shape{blocks(rows), pad4(blocks(k))};
+  }
+  MEGATRON_FAIL("fp8_scale_shape: unknown layout ", int(layout));
+}
+
 double gelu_tanh(double x) {
   constexpr double kSqrt2OverPi = 0.79788456080286535588;
   return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
@@ -74,6 +95,29 @@ GemmDims check_shapes(OpCheck& check, const Tensor& d, const Tensor& a, const Te
   return g;
 }
 
+// Block-scaled fp8 operands: both operands block-scaled, not both 128x128, the scale tensors' shapes, and
+// what cuBLASLt's block-scaled kernels support (no batch, fast accumulation, GELU or fp8 output).
+void check_fp8_block_scaling(OpCheck& check, const Tensor& d, const GemmOptions& opt, const GemmDims& g,
+                             const std::string& call) {
+  check.that(opt.a_scale_layout != Fp8ScaleLayout::Tensor && opt.b_scale_layout != Fp8ScaleLayout::Tensor,
+             "fp8 block scaling needs both operands block-scaled; got a_scale_layout ",
+             fp8_scale_layout_name(opt.a_scale_layout), ", b_scale_layout ", fp8_scale_layout_name(opt.b_scale_layout));
+  check.that(!(opt.a_scale_layout == Fp8ScaleLayout::Blocks128x128 &&
+               opt.b_scale_layout == Fp8ScaleLayout::Blocks128x128),
+             "fp8 block scaling supports 1x128 x 1x128, 1x128 x 128x128 and 128x128 x 1x128 operands, not 128x128 on "
+             "both (cuBLASLt has no such kernel)");
+  check.shape("a_scale", opt.a_scale, fp8_scale_shape(opt.a_scale_layout, g.m, g.k));
+  check.shape("b_scale", opt.b_scale, fp8_scale_shape(opt.b_scale_layout, g.n, g.k));
+  check.dtype("a_scale", opt.a_scale, DType::F32);
+  check.dtype("b_scale", opt.b_scale, DType::F32);
+  check.that(!g.batched, "fp8 block scaling takes 2-D operands only; got ", call);
+  check.that(!opt.fp8_fast_accum, "fp8 block scaling needs the promoted accumulators (fp8_fast_accum off)");
+  check.that(opt.epilogue == GemmEpilogue::None || opt.epilogue == GemmEpilogue::Bias,
+             "fp8 block scaling supports the none and bias epilogues only, got ", gemm_epilogue_name(opt.epilogue));
+  check.that(!is_fp8(d.dtype()), "fp8 block scaling writes a BF16, F16 or F32 D, not fp8; got ", call);
+  check.that(!opt.bias_grad_out.defined(), "fp8 block scaling has no bias gradient output; got ", call);
+}
+
 // fp8 inputs: both operands fp8, the TN layout, dimensions in multiples of 16, the inverse scales.
 void check_fp8_inputs(Context& ctx, OpCheck& check, const Tensor& d, const Tensor& a, const Tensor& b,
                       const GemmOptions& opt, const GemmDims& g, const std::string& call) {
@@ -90,9 +134,15 @@ void check_fp8_inputs(Context& ctx, OpCheck& check, const Tensor& d, const Tenso
   check.that(g.m % 16 == 0 && g.n % 16 == 0 && g.k % 16 == 0,
              "fp8 needs M, N and K to be multiples of 16; got M=", g.m, " N=", g.n, " K=", g.k, " (", call, ")");
   check.device(ctx, {{"a_scale", opt.a_scale}, {"b_scale", opt.b_scale}});
-  check.that(is_scalar_f32(opt.a_scale) && is_scalar_f32(opt.b_scale),
-             "fp8 inputs need a_scale and b_scale as f32[1] tensors (inverse scales); got a_scale ",
-             opt.a_scale.describe(), ", b_scale ", opt.b_scale.describe());
+  const bool blocks_a = opt.a_scale_layout != Fp8ScaleLayout::Tensor;
+  const bool blocks_b = opt.b_scale_layout != Fp8ScaleLayout::Tensor;
+  if (!blocks_a && !blocks_b) {
+    check.that(is_scalar_f32(opt.a_scale) && is_scalar_f32(opt.b_scale),
+               "fp8 inputs need a_scale and b_scale as f32[1] tensors (inverse scales); got a_scale ",
+               opt.a_scale.describe(), ", b_scale ", opt.b_scale.describe());
+  } else {
+    check_fp8_block_scaling(check, d, opt, g, call);
+  }
   if (is_fp8(d.dtype())) {
     check.that(opt.beta == 0.0f, "fp8 output D cannot accumulate (beta must be 0, got ", opt.beta, ")");
     check.that(opt.epilogue == GemmEpilogue::None || opt.epilogue == GemmEpilogue::Bias,
@@ -111,8 +161,9 @@ void check_plain_inputs(Context& ctx, OpCheck& check, const Tensor& d, const Ten
   } else if (d.dtype() != a.dtype()) {
     check.dtype("d", d, DType::F32);
   }
-  check.that(!opt.a_scale.defined() && !opt.b_scale.defined(),
-             "a_scale / b_scale are for fp8 inputs only; got ", call);
+  check.that(!opt.a_scale.defined() && !opt.b_scale.defined() && opt.a_scale_layout == Fp8ScaleLayout::Tensor &&
+                 opt.b_scale_layout == Fp8ScaleLayout::Tensor,
+             "a_scale / b_scale and their layouts are for fp8 inputs only; got ", call);
   check.that(!opt.d_amax_out.defined(), "d_amax_out is for fp8 inputs only; got ", call);
 }
 

@@ -32,6 +32,18 @@
 //   d_amax_out (F32 [1], fp8 D only: cuBLASLt rejects amax for other outputs) receives max |t| over D,
 //   before d_scale (assigned, not maxed in).
 //   fp8_fast_accum trades accuracy for speed (no periodic promotion of the fp8 accumulators).
+// - FP8 block scaling (DeepSeek-V3's recipe; cuBLASLt's VEC128_32F and BLK128x128_32F scale modes on Hopper):
+//   a_scale_layout / b_scale_layout say how each operand's scale tensor dequantises it. For an operand X
+//   [R, K] (A: R = M, B: R = N; both K-major, as the TN layout has them), with kb = ceil(K / 128),
+//   rb = ceil(R / 128) and pad4(x) = x rounded up to a multiple of 4:
+//     Tensor:        F32 [1]: every element times scale[0] (the default);
+//     Rows1x128:     F32 [kb, pad4(R)]: X[r, k] times scale[k / 128, r] (one scale per row and 128-column
+//                    block, rows contiguous);
+//     Blocks128x128: F32 [rb, pad4(kb)]: X[r, k] times scale[r / 128, k / 128].
+//   Padding entries are never read. Both operands block-scaled, at most one of them Blocks128x128 (cuBLASLt
+//   has no 2-D x 2-D kernel); no batch, no fast accumulation (block scaling needs the promoted
+//   accumulators), the none or bias epilogue, D BF16, F16, F32 (beta 0 or 1) or F64 (CPU), not fp8.
+//   fp8_block_scale_shape below gives the shapes.
 //
 // Linear layer forward/backward with this op (Y = X W^T + b, X [T, in], W [out, in], dY [T, out]):
 //   forward: gemm(ctx, Y, X, W, {.transpose_b = true, .epilogue = Bias, .bias = b})
@@ -54,6 +66,13 @@ namespace megatron::ops {
 enum class GemmEpilogue : uint8_t { None, Bias, Gelu, BiasGelu, DGelu };
 const char* gemm_epilogue_name(GemmEpilogue e);
 
+// How an fp8 operand's scale tensor applies to it (see FP8 block scaling above).
+enum class Fp8ScaleLayout : uint8_t { Tensor, Rows1x128, Blocks128x128 };
+const char* fp8_scale_layout_name(Fp8ScaleLayout layout);
+
+// The scale tensor's shape for an fp8 operand [rows, k] (k the reduced dimension) under `layout`.
+Shape fp8_scale_shape(Fp8ScaleLayout layout, int64_t rows, int64_t k);
+
 struct GemmOptions {
   bool transpose_a = false;
   bool transpose_b = false;
@@ -66,7 +85,8 @@ struct GemmOptions {
   Tensor gelu_input{};      // required with DGelu: the pre-GELU values the forward saved, shape and dtype of D
   Tensor bias_grad_out{};   // optional: [M] row sums of op(A) (see above)
   // fp8
-  Tensor a_scale{}, b_scale{};  // F32 [1], inverse scales, required for fp8 inputs
+  Tensor a_scale{}, b_scale{};  // inverse scales, required for fp8 inputs: F32 [1] or block scales
+  Fp8ScaleLayout a_scale_layout = Fp8ScaleLayout::Tensor, b_scale_layout = Fp8ScaleLayout::Tensor;
   Tensor d_scale{};             // F32 [1], optional, fp8 D only
   Tensor d_amax_out{};          // F32 [1], optional, fp8 D only
   bool fp8_fast_accum = false;
