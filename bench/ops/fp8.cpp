@@ -7,6 +7,7 @@
 
 #include "bench_util.h"
 #include "megatron/ops/fp8/fp8.h"
+#include "megatron/ops/fp8_block/fp8_block.h"
 
 namespace megatron::bench {
 
@@ -36,6 +37,19 @@ std::vector<OpBenchRow> bench_fp8(Context& ctx) {
     Tensor out = ctx.empty(Shape{R, C}, F8E5M2), out_t = ctx.empty(Shape{C, R}, F8E5M2);
     row("fp8_cast_transpose f32->e5m2 out+out_t+amax", "8192x4096", double(R) * double(C) * (4 + 1 + 1),
         [&] { ops::fp8_cast_transpose(ctx, out, out_t, amax, x, scale); });
+  }
+  // The blockwise recipe's casts: an activation in 1x128 blocks both ways (q and the separately quantised
+  // q_t), a weight in 128x128 blocks (q and its transpose).
+  for (auto [R, C] : {std::pair<int64_t, int64_t>{8192, 4096}, {4096, 14336}}) {
+    const double n = double(R) * double(C);
+    const std::string rc = std::to_string(R) + "x" + std::to_string(C);
+    Tensor x = random_device_tensor(ctx, Shape{R, C}, BF16, 7);
+    Tensor q = ctx.empty(Shape{R, C}, F8E4M3), q_t = ctx.empty(Shape{C, R}, F8E4M3);
+    for (ops::Fp8ScaleLayout layout : {ops::Fp8ScaleLayout::Rows1x128, ops::Fp8ScaleLayout::Blocks128x128}) {
+      Tensor s = ctx.empty(ops::fp8_scale_shape(layout, R, C), F32), s_t = ctx.empty(ops::fp8_scale_shape(layout, C, R), F32);
+      row(std::string("fp8_block_quantize bf16->e4m3 q+q_t ") + ops::fp8_scale_layout_name(layout), rc, n * (2 + 1 + 1),
+          [&] { ops::fp8_block_quantize(ctx, q, s, q_t, s_t, x, layout); });
+    }
   }
   {  // Transformer Engine's default amax history length over a few hundred scaled tensors.
     const int64_t L = 1024, n = 384;

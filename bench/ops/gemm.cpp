@@ -25,8 +25,8 @@ std::vector<OpBenchRow> bench_gemm(Context& ctx) {
     if (opt.epilogue == GemmEpilogue::Gelu || opt.epilogue == GemmEpilogue::BiasGelu)
       opt.gelu_input_out = ctx.empty(Shape{m, n}, out);
     if (is_fp8(in)) {
-      opt.a_scale = random_device_tensor(ctx, Shape{1}, DType::F32, seed++, 0.5, 1.0);
-      opt.b_scale = random_device_tensor(ctx, Shape{1}, DType::F32, seed++, 0.5, 1.0);
+      opt.a_scale = random_device_tensor(ctx, ops::fp8_scale_shape(opt.a_scale_layout, m, k), DType::F32, seed++, 0.5, 1.0);
+      opt.b_scale = random_device_tensor(ctx, ops::fp8_scale_shape(opt.b_scale_layout, n, k), DType::F32, seed++, 0.5, 1.0);
     }
     double ms = median_ms(ctx, [&] { ops::gemm(ctx, d, a, b, opt); });
     rows.push_back(OpBenchRow{.op = op,
@@ -46,6 +46,20 @@ std::vector<OpBenchRow> bench_gemm(Context& ctx) {
   run("gemm fp8 e4m3 NT -> bf16", DType::F8E4M3, DType::BF16, 8192, 8192, 8192, {.transpose_b = true});
   run("gemm fp8 e4m3 NT -> bf16 (fast accum)", DType::F8E4M3, DType::BF16, 8192, 8192, 8192,
       {.transpose_b = true, .fp8_fast_accum = true});
+  // FP8 block scaling (the blockwise recipe's three GEMMs): x (1x128) W^T (128x128), and the weight gradient
+  // dY^T (1x128) X (1x128) into an fp32 main grad, at the Llama 0.89B's fc1 shape.
+  using ops::Fp8ScaleLayout;
+  run("gemm fp8 e4m3 NT 1x128 x 128x128 -> bf16", DType::F8E4M3, DType::BF16, 8192, 8192, 8192,
+      {.transpose_b = true, .a_scale_layout = Fp8ScaleLayout::Rows1x128, .b_scale_layout = Fp8ScaleLayout::Blocks128x128});
+  run("gemm fp8 e4m3 NT fc1 1x128 x 128x128 -> bf16", DType::F8E4M3, DType::BF16, 16384, 11264, 2048,
+      {.transpose_b = true, .a_scale_layout = Fp8ScaleLayout::Rows1x128, .b_scale_layout = Fp8ScaleLayout::Blocks128x128});
+  run("gemm fp8 e4m3 NT fc1 tensor scales -> bf16", DType::F8E4M3, DType::BF16, 16384, 11264, 2048,
+      {.transpose_b = true});
+  run("gemm fp8 e4m3 NT fc1 dW 1x128 x 1x128 -> f32 += ", DType::F8E4M3, DType::F32, 11264, 2048, 16384,
+      {.transpose_b = true, .beta = 1.0f, .a_scale_layout = Fp8ScaleLayout::Rows1x128,
+       .b_scale_layout = Fp8ScaleLayout::Rows1x128});
+  run("gemm fp8 e4m3 NT fc1 dW tensor scales -> f32 += ", DType::F8E4M3, DType::F32, 11264, 2048, 16384,
+      {.transpose_b = true, .beta = 1.0f});
   run("gemm f32 NN (no tf32)", DType::F32, DType::F32, 4096, 4096, 4096, {});
   return rows;
 }

@@ -2,13 +2,15 @@
 # On the GPU machine: the FP8 measurements, in stages (several per call, in order):
 #   build    configure and build what they need (test_ops_fp8, test_nn_fp8_linear, bench_ops, pretrain_gpt; or
 #            BUILD_TARGETS)
-#   ops      the FP8 op suites on the GPU (bit-exact against the CPU) and the cast-transpose bandwidth
-#   llama    the Llama-style 0.89B (seq 2048, mbs 4, gbs 32): bf16, FP8 delayed (hybrid), FP8 tensorwise
+#   ops      the FP8 and gemm op suites on the GPU (against the CPU) and the cast-transpose bandwidth
+#   llama    the Llama-style 0.89B (seq 2048, mbs 4, gbs 32): RECIPES of bf16 and the FP8 recipes (hybrid
+#            format) delayed, tensorwise, blockwise (all four by default)
 #   llama8b  Llama-3-8B-shaped layers (h 4096, GQA 32/8, ffn 14336, vocab 128256, seq 4096, LAYERS8B layers,
-#            mbs 1, gbs 8): bf16, FP8 delayed, FP8 tensorwise
+#            mbs 1, gbs 8): RECIPES as for llama
 #   peer8b   the PyTorch peer on the same shapes: bf16 autocast and torch._scaled_mm tensorwise FP8
 #   converge the Llama-style 0.89B on real text (.deps/docs from scripts/gpu/prepare_text_corpus.sh; seq 2048,
-#            gbs 8, CONVERGE_ITERS iterations, the same seed): bf16, FP8 delayed, FP8 tensorwise; prints each
+#            gbs 8, CONVERGE_ITERS iterations, the same seed): CONVERGE_RUNS of bf16, delayed, tensorwise,
+#            blockwise (all four by default); prints each
 #            run's mean loss over the last 50 iterations (bench/plot_fp8_convergence.py plots the logs)
 # Logs under $OUT; the tokens/s, TFLOP/s and peak memory lines are printed.
 #   scripts/gpu/fp8_bench.sh build ops llama
@@ -66,20 +68,20 @@ for stage in "$@"; do
     build)
       cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" >"$OUT/configure.log" 2>&1 &&
-        cmake --build build-gpu -j "$(nproc)" --target ${BUILD_TARGETS:-test_ops_fp8 test_nn_fp8_linear bench_ops pretrain_gpt} \
+        cmake --build build-gpu -j "$(nproc)" --target ${BUILD_TARGETS:-test_ops_fp8 test_ops_fp8_block test_ops_gemm test_nn_fp8_linear bench_ops pretrain_gpt} \
           >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head; exit 1; } ;;
     ops)
-      (cd build-gpu && timeout 90 ctest -R "fp8" -LE mpi --timeout 80) 2>&1 | grep -E "Test +#|tests passed|Failed"
-      timeout 60 build-gpu/bench/bench_ops --only fp8 >"$OUT/bench_fp8.log" 2>&1
-      grep -E "fp8|GB/s" "$OUT/bench_fp8.log" | cut -c1-160 | head -20 ;;
-    llama)
-      ours llama_bf16 "${LLAMA[@]}" "${COMMON[@]}"
-      ours llama_fp8_delayed "${LLAMA[@]}" "${COMMON[@]}" --fp8-format hybrid --fp8-recipe delayed
-      ours llama_fp8_tensorwise "${LLAMA[@]}" "${COMMON[@]}" --fp8-format hybrid --fp8-recipe tensorwise ;;
-    llama8b)
-      ours llama8b_bf16 "${LLAMA8B[@]}" "${COMMON[@]}"
-      ours llama8b_fp8_delayed "${LLAMA8B[@]}" "${COMMON[@]}" --fp8-format hybrid --fp8-recipe delayed
-      ours llama8b_fp8_tensorwise "${LLAMA8B[@]}" "${COMMON[@]}" --fp8-format hybrid --fp8-recipe tensorwise ;;
+      (cd build-gpu && timeout 200 ctest -R "fp8|gemm" -LE mpi --timeout 180) 2>&1 | grep -E "Test +#|tests passed|Failed"
+      timeout 240 build-gpu/bench/bench_ops --only fp8,gemm >"$OUT/bench_fp8.log" 2>&1
+      grep -E "fp8|GB/s" "$OUT/bench_fp8.log" | cut -c1-160 | head -30 ;;
+    llama | llama8b)
+      shape=LLAMA; [ "$stage" = llama8b ] && shape=LLAMA8B
+      declare -n args=$shape
+      for run in ${RECIPES:-bf16 delayed tensorwise blockwise}; do
+        if [ "$run" = bf16 ]; then ours "${stage}_bf16" "${args[@]}" "${COMMON[@]}"
+        else ours "${stage}_fp8_$run" "${args[@]}" "${COMMON[@]}" --fp8-format hybrid --fp8-recipe "$run"; fi
+      done
+      unset -n args ;;
     peer8b)
       for mode in none tensorwise; do
         timeout 200 python3 bench/reference/bench_reference.py --model llama3-8b-layers --num-layers "$LAYERS8B" \
@@ -88,9 +90,10 @@ for stage in "$@"; do
         grep -iE "error|out of memory" "$OUT/peer8b_$mode.log" | tail -2
       done ;;
     converge)
-      converge converge_bf16 "${CONVERGE[@]}"
-      converge converge_fp8_delayed "${CONVERGE[@]}" --fp8-format hybrid --fp8-recipe delayed
-      converge converge_fp8_tensorwise "${CONVERGE[@]}" --fp8-format hybrid --fp8-recipe tensorwise ;;
+      for run in ${CONVERGE_RUNS:-bf16 delayed tensorwise blockwise}; do
+        if [ "$run" = bf16 ]; then converge converge_bf16 "${CONVERGE[@]}"
+        else converge "converge_fp8_$run" "${CONVERGE[@]}" --fp8-format hybrid --fp8-recipe "$run"; fi
+      done ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
   since "$stage"
