@@ -7,8 +7,7 @@
 // [s, b] order for one sequence per micro-batch). With --moe-pad-expert-input-to-capacity Megatron also runs
 // the experts on C rows each, padding with zero-probability tokens: the result is the same function, so the
 // padding is not materialised here.
-// Computed on the host (the probabilities and indices are copied over and back once per layer and
-// micro-batch): correct on every device, a device kernel is the faster path still to come.
+// Computed where the router's output is (ops/router/capacity.h), with no host synchronisation on a GPU.
 #pragma once
 
 #include "megatron/nn/moe_config.h"

@@ -2,6 +2,7 @@
 // router.h and load_balancing.h for the contracts). Plain loops over rows, fp32 math (fp64 for F64 logits).
 #pragma once
 
+#include "megatron/ops/router/capacity.h"
 #include "megatron/ops/router/router.h"
 
 namespace megatron::ops::cpu {
@@ -19,5 +20,8 @@ void expert_token_counts(const Tensor& counts, const Tensor& indices, bool accum
 void router_z_loss_forward(const Tensor& loss, const Tensor& logits);
 void router_z_loss_backward(const Tensor& dlogits, const Tensor& logits, double coeff);
 void router_expert_bias_update(const Tensor& bias, const Tensor& counts, double rate);
+
+void router_drop_over_capacity(const Tensor& kept_probs, const Tensor& kept_indices, const Tensor& probs,
+                               const Tensor& indices, int num_experts, int64_t capacity, bool by_probs);
 
 }  // namespace megatron::ops::cpu
