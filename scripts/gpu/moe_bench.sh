@@ -20,14 +20,7 @@ since build
 timeout "${BENCH_SECONDS:-110}" build-gpu/bench/bench_ops --only moe --markdown "$OUT/moe.md" >"$OUT/bench.log" 2>&1
 grep -hE "^\||grouped_gemm" "$OUT/bench.log" "$OUT/moe.md" 2>/dev/null | cut -c1-200 | head -50
 since bench
-MOE=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
-     --ffn-hidden-size 5632 --seq-length 4096 --max-position-embeddings 4096 --vocab-size 32000
-     --position-embedding-type rope --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights
-     --disable-bias-linear --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 5632 --moe-grouped-gemm
-     --moe-token-dispatcher-type alltoall --moe-aux-loss-coeff 1e-2 --moe-router-load-balancing-type aux_loss
-     --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --adam-beta2 0.95 --bf16
-     --mock-data --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-interval 100000 --eval-iters 0
-     --device cuda --micro-batch-size 2 --global-batch-size 16 --train-iters 6)
+source scripts/gpu/moe_model.sh
 timeout 80 build-gpu/tools/pretrain_gpt "${MOE[@]}" --moe-expert-gemm grouped >"$OUT/ours_grouped.log" 2>&1
 grep -E "iteration +[3-6]/" "$OUT/ours_grouped.log" | grep -o "per iteration (ms): [0-9.]*.*tokens per second per GPU: [0-9]*"
 grep -iE "error|peak alloc" "$OUT/ours_grouped.log" | head -3

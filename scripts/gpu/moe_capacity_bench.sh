@@ -25,17 +25,10 @@ if [ -n "${OLD_TREE:-}" ]; then
 fi
 since build
 (cd build-gpu && timeout 60 ctest -R router_capacity --timeout 55) 2>&1 | grep -E "Test +#|tests passed"
-MOE=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
-     --ffn-hidden-size 5632 --seq-length 4096 --max-position-embeddings 4096 --vocab-size 32000
-     --position-embedding-type rope --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights
-     --disable-bias-linear --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 5632 --moe-grouped-gemm
-     --moe-token-dispatcher-type alltoall --moe-aux-loss-coeff 1e-2 --moe-router-load-balancing-type aux_loss
-     --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --adam-beta2 0.95 --bf16
-     --mock-data --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-interval 100000 --eval-iters 0
-     --device cuda --micro-batch-size 2 --global-batch-size 16 --train-iters 6 --moe-expert-gemm grouped)
+source scripts/gpu/moe_model.sh
 ours() {  # ours(name, binary, extra flags...)
   local name=$1 bin=$2; shift 2
-  timeout 80 "$bin" "${MOE[@]}" "$@" >"$OUT/$name.log" 2>&1
+  timeout 80 "$bin" "${MOE[@]}" --moe-expert-gemm grouped "$@" >"$OUT/$name.log" 2>&1
   echo "$name: $(grep -E "iteration +[3-6]/" "$OUT/$name.log" | grep -o "per iteration (ms): [0-9.]*" |
     awk '{s+=$4; n++} END {if (n) printf "%.1f ms/iter", s/n}') | lm loss at 6: $(grep -E "iteration +6/" \
     "$OUT/$name.log" | grep -o "lm loss: [0-9.E+-]*")"

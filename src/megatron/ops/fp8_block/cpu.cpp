@@ -41,28 +41,29 @@ struct Outputs {
   int64_t q_t_ld = 0;
 };
 
+// One 1 x 128 block: `len` elements of x at stride x_stride, quantised with their own scale into q at stride
+// q_stride; returns the inverse scale.
+template <class TOut, class TIn>
+float quantise_line(const TIn* x, int64_t x_stride, uint8_t* q, int64_t q_stride, int64_t len, float fp8_max) {
+  int32_t key = 0;
+  for (int64_t j = 0; j < len; ++j) key = std::max(key, key_of(x[j * x_stride]));
+  const float scale = fp8_detail::block_scale_from_amax(amax_of_key(key), fp8_max);
+  for (int64_t j = 0; j < len; ++j) q[j * q_stride] = quantise<TOut>(x[j * x_stride], scale);
+  return fp8_detail::pow2_reciprocal(scale);
+}
+
 // The tile [r0, r1) x [c0, c1) with 1 x 128 blocks: each row's block for q, each column's block for q_t.
 template <class TOut, class TIn>
 void rows_1x128_tile(const TIn* x, const Outputs& o, int64_t rows, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
                      int64_t c1, float fp8_max) {
-  if (o.q != nullptr) {
-    for (int64_t r = r0; r < r1; ++r) {
-      int32_t key = 0;
-      for (int64_t c = c0; c < c1; ++c) key = std::max(key, key_of(x[r * cols + c]));
-      const float scale = fp8_detail::block_scale_from_amax(amax_of_key(key), fp8_max);
-      for (int64_t c = c0; c < c1; ++c) o.q[r * cols + c] = quantise<TOut>(x[r * cols + c], scale);
-      o.q_scale_inv[(c0 / kBlock) * o.q_ld + r] = fp8_detail::pow2_reciprocal(scale);
-    }
-  }
-  if (o.q_t != nullptr) {
-    for (int64_t c = c0; c < c1; ++c) {
-      int32_t key = 0;
-      for (int64_t r = r0; r < r1; ++r) key = std::max(key, key_of(x[r * cols + c]));
-      const float scale = fp8_detail::block_scale_from_amax(amax_of_key(key), fp8_max);
-      for (int64_t r = r0; r < r1; ++r) o.q_t[c * rows + r] = quantise<TOut>(x[r * cols + c], scale);
-      o.q_t_scale_inv[(r0 / kBlock) * o.q_t_ld + c] = fp8_detail::pow2_reciprocal(scale);
-    }
-  }
+  if (o.q != nullptr)
+    for (int64_t r = r0; r < r1; ++r)
+      o.q_scale_inv[(c0 / kBlock) * o.q_ld + r] =
+          quantise_line<TOut>(x + r * cols + c0, 1, o.q + r * cols + c0, 1, c1 - c0, fp8_max);
+  if (o.q_t != nullptr)
+    for (int64_t c = c0; c < c1; ++c)
+      o.q_t_scale_inv[(r0 / kBlock) * o.q_t_ld + c] =
+          quantise_line<TOut>(x + r0 * cols + c, cols, o.q_t + c * rows + r0, 1, r1 - r0, fp8_max);
 }
 
 // The tile as one 128 x 128 block: q and its transpose share the codes and the scale.
