@@ -41,6 +41,7 @@ SelfAttention::SelfAttention(Context& ctx, const std::string& name, const Transf
       rotary_percent_(config.rotary_percent),
       rotary_base_(config.rotary_base),
       dropout_p_(float(config.attention_dropout)),
+      dropout_by_index_(config.attention_dropout_by_index),
       seed_(config.seed) {
   MEGATRON_CHECK(config.heads() % tp.size() == 0 && config.query_groups() % tp.size() == 0, "SelfAttention ", name,
                  ": ", config.heads(), " heads and ", config.query_groups(), " query groups must be divisible by TP ",
@@ -68,7 +69,9 @@ std::optional<ops::RopeOptions> SelfAttention::rope(int64_t position_offset, con
 ops::AttentionOptions SelfAttention::core_options(std::optional<uint64_t> dropout_offset, int64_t s) const {
   ops::AttentionOptions o{.causal = true, .deterministic = deterministic_};
   if (dropout_offset && dropout_p_ > 0.0f)
-    o.dropout = {.p = dropout_p_, .seed = seed_, .offset = *dropout_offset, .heads = n_ * tp_.size(),
+    o.dropout = {.p = dropout_p_,
+                 .masks = dropout_by_index_ ? ops::DropoutMasks::ByIndex : ops::DropoutMasks::Device,
+                 .seed = seed_, .offset = *dropout_offset, .heads = n_ * tp_.size(),
                  .head_offset = n_ * tp_.rank(), .seq = s * cp_.size()};
   return o;
 }

@@ -29,7 +29,8 @@
 //   probabilities, each addressed by its place in the whole model's [b, heads, S, S] tensor (this rank's heads
 //   from rank * n / TP on, its tokens at their positions in the sequence under CP), so every TP and CP layout
 //   draws the masks of one rank (ops/attention/attention_dropout.h); the backward regenerates the forward's.
-//   CPU only (the op refuses it on GPUs).
+//   On GPUs cuDNN's own generator draws them instead (masks that depend on the layout), unless
+//   config.attention_dropout_by_index.
 // RoPE (position_embedding_type rope) rotates q and k: rotary_percent, rotary_base, positions 0..s-1 (or
 //   `positions`, a device I64 [s], under context parallelism).
 // Context parallelism (a ContextParallel of size CP > 1): x holds this rank's tokens of each sequence (the
@@ -116,6 +117,7 @@ class SelfAttention {
   bool deterministic_ = false;
   double rotary_percent_ = 1.0, rotary_base_ = 10000.0;
   float dropout_p_ = 0.0f;
+  bool dropout_by_index_ = false;
   uint64_t seed_ = 0;
 };
 

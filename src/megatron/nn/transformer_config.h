@@ -38,6 +38,9 @@ struct TransformerConfig {
   bool share_embeddings_and_output_weights = true;
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
+  // On GPUs: draw attention dropout's masks by element index like the CPU (every layout the same bits; a custom
+  // mask for cuDNN, slower) instead of cuDNN's own generator (ops/attention/attention_dropout.h).
+  bool attention_dropout_by_index = false;
   double init_method_std = 0.02;
   int64_t vocab_size = 0;          // the tokenizer's
   int64_t padded_vocab_size = 0;   // rows of the word embedding and output layer (a multiple of TP)

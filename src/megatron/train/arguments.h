@@ -33,6 +33,7 @@ struct ModelArguments {
   bool add_qkv_bias = false;         // biases on linear_qkv even with --disable-bias-linear (Qwen2)
   bool no_position_embedding = false;  // Megatron's deprecated switch: only with rope, where it changes nothing
   double attention_dropout = 0.1;
+  std::string attention_dropout_masks = "device";  // device (cuDNN's generator on GPUs) | by-index
   double hidden_dropout = 0.1;
   double init_method_std = 0.02;
   int make_vocab_size_divisible_by = 128;

@@ -66,6 +66,11 @@ std::vector<FlagSpec> model_flags() {
       flag("--no-position-embedding", &A::model, &M::no_position_embedding,
            "deprecated by Megatron: accepted with --position-embedding-type rope (where it changes nothing)"),
       flag("--attention-dropout", &A::model, &M::attention_dropout, "dropout on attention probabilities"),
+      flag("--attention-dropout-masks", &A::model, &M::attention_dropout_masks,
+           "who draws attention dropout's masks on GPUs: device (cuDNN's fused generator, the fast default; masks "
+           "depend on the layout) or by-index (the CPU's masks by element index, the same bits in every TP/CP "
+           "layout; a custom mask costs B*heads*S*S elements per call and a ~3x slower attention backward)",
+           {"device", "by-index"}),
       flag("--hidden-dropout", &A::model, &M::hidden_dropout, "dropout on the residual branches"),
       flag("--init-method-std", &A::model, &M::init_method_std, "std of the normal initialisation"),
       flag("--make-vocab-size-divisible-by", &A::model, &M::make_vocab_size_divisible_by, "vocab padding multiple (x TP)"),

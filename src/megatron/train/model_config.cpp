@@ -36,6 +36,7 @@ nn::TransformerConfig transformer_config(ModelArguments args, DType dtype, uint6
   c.share_embeddings_and_output_weights = !m.untie_embeddings_and_output_weights;
   c.hidden_dropout = m.hidden_dropout;
   c.attention_dropout = m.attention_dropout;
+  c.attention_dropout_by_index = m.attention_dropout_masks == "by-index";
   c.init_method_std = m.init_method_std;
   c.vocab_size = m.vocab_size;
   c.padded_vocab_size = all.padded_vocab_size();
@@ -132,6 +133,7 @@ ModelArguments model_arguments(const nn::TransformerConfig& c) {
   m.untie_embeddings_and_output_weights = !c.share_embeddings_and_output_weights;
   m.hidden_dropout = c.hidden_dropout;
   m.attention_dropout = c.attention_dropout;
+  m.attention_dropout_masks = c.attention_dropout_by_index ? "by-index" : "device";
   m.init_method_std = c.init_method_std;
   m.vocab_size = int(c.vocab_size);
   return m;

@@ -4,6 +4,7 @@
 #include "megatron/trainer/layout_search.h"
 #include "megatron/trainer/memory_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -227,11 +228,15 @@ int pretrain(const std::vector<std::string>& argv, const comm::DistributedRuntim
   }
 
   const Device device = pick_device(args.training.device, runtime);
-  MEGATRON_CHECK(device.is_cpu() || args.model.attention_dropout == 0, "--attention-dropout ",
-                 args.model.attention_dropout, " (Megatron's default is 0.1) runs on CPU ranks only: cuDNN's fused ",
-                 "attention draws its dropout masks in its own layout, not by each probability's index as the CPU ",
-                 "does, so GPU runs would not be comparable with CPU runs or across layouts; pass --attention-dropout 0 ",
-                 "to train on GPUs");
+  // cuDNN has no dropout with a bottom-right causal mask: all_gather's blocks of queries over a longer key prefix.
+  const auto& cp_types = args.parallel.cp_comm_type;
+  const bool all_gather_cp = args.parallel.context_parallel_size > 1 &&
+                             std::any_of(cp_types.begin(), cp_types.end(),
+                                         [](const std::string& t) { return t == "all_gather" || t == "allgather"; });
+  MEGATRON_CHECK(device.is_cpu() || args.model.attention_dropout == 0 || !all_gather_cp, "--attention-dropout ",
+                 args.model.attention_dropout, " (Megatron's default is 0.1) with --cp-comm-type all_gather does not ",
+                 "run on GPUs: cuDNN's fused attention has no dropout for a block of queries over a longer key prefix; ",
+                 "use --cp-comm-type p2p or a2a, or --attention-dropout 0");
   const std::unique_ptr<Context> ctx = Context::create(device);
   configure_cpu_threads(args.training.cpu_threads, runtime.local_size());  // --cpu-threads, else a share of the node
   ctx->set_deterministic(args.training.deterministic_mode);

@@ -48,11 +48,15 @@ void check_scale(OpCheck& check, const AttentionOptions& options) {
 
 void check_dropout(OpCheck& check, Context& ctx, const AttentionOptions& options, const AttentionDims& d) {
   if (!options.dropout.enabled()) return;
-  check.that(!ctx.is_cuda(), "attention dropout (p = ", options.dropout.p, ") runs on the CPU only: cuDNN's fused ",
-             "attention draws its own Philox mask in its own layout, which is not the CPU's mask by element index, so ",
-             "CPU and GPU runs (and tensor- or context-parallel layouts) would not agree; use --attention-dropout 0 on GPUs");
   const std::string violation = attention_dropout_violation(options.dropout, d.H, d.Sq, d.Skv);
   check.that(violation.empty(), "options.dropout: ", violation);
+  if (!ctx.is_cuda() || d.Sq == 0) return;
+  check.that(d.Skv > 1, "attention dropout (p = ", options.dropout.p, ") over a single key (Skv = 1) is not ",
+             "supported on CUDA (that case runs kernels of ours without dropout)");
+  check.that(!options.causal || d.Sq == d.Skv, "attention dropout (p = ", options.dropout.p, ") with a causal mask ",
+             "over more keys than queries (Sq = ", d.Sq, " < Skv = ", d.Skv, ", context parallelism's all_gather ",
+             "blocks) is not supported by cuDNN's fused attention: use --cp-comm-type p2p or a2a, or ",
+             "--attention-dropout 0");
 }
 
 }  // namespace
@@ -74,7 +78,7 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& stats, con
   if (q.numel() == 0) return;
   float scale = attention_scale(options, d.D);
   MEGATRON_DISPATCH(ctx,
-                    cuda::attention_forward(ctx, out, stats, q, k, v, options.causal, scale),
+                    cuda::attention_forward(ctx, out, stats, q, k, v, options.causal, scale, options.dropout),
                     cpu::attention_forward(out, stats, q, k, v, options.causal, scale, options.dropout));
 }
 
@@ -98,7 +102,8 @@ void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   }
   float scale = attention_scale(options, d.D);
   MEGATRON_DISPATCH(ctx,
-                    cuda::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale, options.deterministic),
+                    cuda::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale, options.deterministic,
+                                             options.dropout),
                     cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, stats, options.causal, scale,
                                             options.dropout));
 }
@@ -138,7 +143,7 @@ void attention_forward_packed(Context& ctx, const Tensor& out, const Tensor& sta
   if (out.numel() == 0) return;
   if (ctx.is_cuda() && d.Sq > 1) {
 #if MEGATRON_WITH_CUDA
-    cuda::attention_forward_packed(ctx, out, stats, qkv, options.causal, attention_scale(options, d.D));
+    cuda::attention_forward_packed(ctx, out, stats, qkv, options.causal, attention_scale(options, d.D), options.dropout);
 #endif
     return;
   }
@@ -160,7 +165,7 @@ void attention_backward_packed(Context& ctx, const Tensor& dqkv, const Tensor& d
   if (ctx.is_cuda() && d.Sq > 1) {
 #if MEGATRON_WITH_CUDA
     cuda::attention_backward_packed(ctx, dqkv, dout, qkv, out, stats, options.causal, attention_scale(options, d.D),
-                                    options.deterministic);
+                                    options.deterministic, options.dropout);
 #endif
     return;
   }

@@ -15,7 +15,8 @@
 // usual query i sees keys j <= i. Causal needs Skv >= Sq. Full (causal = false): every query sees every
 // key, any Sq and Skv >= 1. Dropout (options.dropout, attention_dropout.h): the normalised probabilities
 // masked and scaled by 1 / (1 - p) before the P.V product, the mask addressed by each probability's place in
-// the whole model's tensor; the stats stay the undropped scores' log-sum-exp. CPU only.
+// the whole model's tensor (DropoutMasks::ByIndex, and always on the CPU) or by cuDNN's own generator
+// (DropoutMasks::Device on CUDA); the stats stay the undropped scores' log-sum-exp.
 // Empty problems (Sq == 0, B == 0, H == 0) compute nothing; their backward assigns dk = dv = 0.
 //
 // Forward assigns out and stats. Backward assigns (does not accumulate) dq, dk, dv, recomputing the
@@ -38,8 +39,8 @@
 //         Sq < Skv uses cuDNN's bottom-right diagonal alignment (cuDNN >= 9.6 for lengths that are not
 //         multiples of 64); Sq == Skv keeps the top-left graph.
 //         deterministic=true selects cuDNN's deterministic backward (bit-identical reruns; slower).
-//         Dropout is refused: cuDNN draws its own Philox mask in its own layout, which would not be the CPU's
-//         mask by index (attention_dropout.h), so CPU and GPU runs, and TP or CP layouts, would not agree.
+//         Dropout runs in cuDNN (attention_dropout.h says which generator draws the mask) except where cuDNN
+//         has none: a single key (Skv == 1) and causal attention with Sq < Skv (bottom-right alignment) throw.
 #pragma once
 
 #include "megatron/ops/attention/attention_dropout.h"

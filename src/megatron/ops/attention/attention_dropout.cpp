@@ -4,6 +4,12 @@
 
 #include "megatron/core/error.h"
 #include "megatron/core/philox.h"
+#include "megatron/ops/dispatch.h"
+#include "megatron/ops/elementwise/cpu.h"
+#include "megatron/tensor/op_checks.h"
+#if MEGATRON_WITH_CUDA
+#include "megatron/ops/attention/cuda.h"
+#endif
 
 namespace megatron::ops {
 namespace {
@@ -31,6 +37,36 @@ void fill_factors(uint64_t seed, uint64_t offset, uint64_t first, int64_t n, flo
     for (uint64_t lane = index & 3u; lane < 4 && t < n; ++lane, ++t)
       factor[t] = philox_word_uniform(r.v[lane]) >= p ? scale : 0.0;
   }
+}
+
+// SplitMix64's finaliser: every input bit moves every output bit.
+uint64_t mix(uint64_t h, uint64_t value) {
+  uint64_t z = h + 0x9E3779B97F4A7C15ull + value;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t mix_runs(uint64_t h, const std::vector<PositionRun>& runs) {
+  h = mix(h, runs.size());
+  for (const PositionRun& r : runs) h = mix(mix(mix(h, uint64_t(r.row)), uint64_t(r.position)), uint64_t(r.count));
+  return h;
+}
+
+// The CPU fill: each query row's factors over its visible keys, 1 or 0, zero above the causal diagonal.
+void cpu_dropout_mask(const Tensor& mask, const AttentionDropout& d, bool causal) {
+  const int64_t B = mask.dim(0), H = mask.dim(1), Sq = mask.dim(2), Skv = mask.dim(3);
+  std::vector<double> values(size_t(mask.numel()));
+  double* m = values.data();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Sq; ++i) {
+        double* row = m + ((b * H + h) * Sq + i) * Skv;
+        const int64_t visible = causal ? std::min(Skv, i + (Skv - Sq) + 1) : Skv;
+        attention_dropout_factors(d, H, Skv, b, h, i, visible, row);
+        for (int64_t j = 0; j < Skv; ++j) row[j] = j < visible && row[j] != 0.0 ? 1.0 : 0.0;
+      }
+  cpu::cast(mask, Tensor::from_blob(values.data(), mask.shape(), DType::F64, Device::cpu()));
 }
 
 }  // namespace
@@ -79,6 +115,26 @@ void attention_dropout_factors(const AttentionDropout& d, int64_t H, int64_t Skv
     if (n <= 0) break;
     fill_factors(d.seed, d.offset, row + uint64_t(r.position), n, d.p, scale, factor + r.row);
   }
+}
+
+uint64_t attention_dropout_device_seed(const AttentionDropout& d) {
+  uint64_t h = mix(mix(mix(0, d.seed), d.offset), uint64_t(d.heads));
+  h = mix(mix(h, uint64_t(d.head_offset)), uint64_t(d.seq));
+  return mix_runs(mix_runs(h, d.queries), d.keys);
+}
+
+void attention_dropout_mask(Context& ctx, const Tensor& mask, const AttentionDropout& dropout, bool causal) {
+  OpCheck check("attention_dropout_mask");
+  check.device(ctx, {{"mask", mask}});
+  check.rank("mask", mask, 4).dtype_in("mask", mask, {DType::F32, DType::BF16, DType::F16});
+  const int64_t H = mask.dim(1), Sq = mask.dim(2), Skv = mask.dim(3);
+  check.that(dropout.enabled(), "dropout.p must be > 0, got ", dropout.p);
+  check.that(!causal || Skv >= Sq, "a causal mask needs Skv >= Sq: mask ", mask.describe());
+  const std::string violation = attention_dropout_violation(dropout, H, Sq, Skv);
+  check.that(violation.empty(), "dropout: ", violation);
+  if (mask.numel() == 0) return;
+  MEGATRON_DISPATCH(ctx, cuda::attention_dropout_mask(ctx, mask, dropout, causal),
+                    cpu_dropout_mask(mask, dropout, causal));
 }
 
 }  // namespace megatron::ops

@@ -17,11 +17,27 @@
 // statistics stay those of the undropped scores. So partial results over blocks of keys still merge exactly
 // through their statistics (context parallelism), and the backward, which regenerates the mask, has
 // dS = P o (dP o M / (1 - p) - rowsum(dO o O)) with the dropped output O.
+//
+// Which generator draws M (AttentionDropout::masks):
+//   ByIndex  the addressing above, on every device: a CUDA call writes M [B, H, Sq, Skv] with
+//            attention_dropout_mask and hands it to cuDNN's fused attention as a custom mask, so GPU runs
+//            draw the CPU reference's masks bit for bit and every TP/CP layout the whole model's. The mask
+//            costs B*H*Sq*Skv elements of the I/O type per call, and cuDNN with a custom mask runs attention's
+//            forward + backward about 6x slower than without dropout (bench_ops --only attention).
+//   Device   (the default) the device's own fused generator where it has one: on CUDA cuDNN's Philox,
+//            keyed by attention_dropout_device_seed (a hash of seed, offset and the call's addressing, so
+//            every layer, micro-batch, TP rank and CP block draws an independent stream and the backward
+//            regenerates the forward's mask). Its masks depend on cuDNN's kernel layout, not on the element
+//            index: they are Bernoulli(1 - p) like the reference's, but not the CPU's bits, and another
+//            layout draws other masks (as Megatron's per-rank RNG trackers do). The CPU has no other
+//            generator and always draws by index.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "megatron/runtime/context.h"
 
 namespace megatron::ops {
 
@@ -30,8 +46,11 @@ struct PositionRun {
   int64_t row = 0, position = 0, count = 0;
 };
 
+enum class DropoutMasks { Device, ByIndex };
+
 struct AttentionDropout {
   float p = 0.0f;                   // 0: no dropout (every other field is then ignored)
+  DropoutMasks masks = DropoutMasks::Device;
   uint64_t seed = 0, offset = 0;    // the Philox stream of this call site and micro-batch
   int64_t heads = 0;                // P's heads (0: the call's own head count)
   int64_t head_offset = 0;
@@ -56,5 +75,15 @@ std::string attention_dropout_violation(const AttentionDropout& dropout, int64_t
 // for the call's first `keys` keys, of sequence b, the call's head h and query row `query_row`.
 void attention_dropout_factors(const AttentionDropout& dropout, int64_t H, int64_t Skv, int64_t b, int64_t h,
                                int64_t query_row, int64_t keys, double* factor);
+
+// The key of the Device generator's stream: a hash of seed, offset, heads, head_offset, seq and the query and key
+// runs (two calls share it only when they address the same part of P).
+uint64_t attention_dropout_device_seed(const AttentionDropout& dropout);
+
+// Writes M: mask [B, H, Sq, Skv] (F32, BF16 or F16) = 1 where the by-index addressing keeps the probability of
+// (b, the call's head h, query row i, key row j), 0 where it drops it -- and 0 above the causal diagonal when
+// `causal` (bottom-right aligned, attention.h), where nothing is drawn. The same bits on every device (the CPU
+// fills them with attention_dropout_factors). `dropout` must be enabled and consistent with the shape.
+void attention_dropout_mask(Context& ctx, const Tensor& mask, const AttentionDropout& dropout, bool causal);
 
 }  // namespace megatron::ops

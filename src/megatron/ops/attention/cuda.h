@@ -3,21 +3,29 @@
 // cuDNN-specific limits (dtype, head dim, alignment), which are checked here.
 #pragma once
 
+#include "megatron/ops/attention/attention_dropout.h"
 #include "megatron/runtime/context.h"
 
 namespace megatron::ops::cuda {
 
+// `dropout` (enabled or not) as attention_dropout.h says: cuDNN's own Philox (DropoutMasks::Device) or a custom
+// mask written by attention_dropout_mask (ByIndex). The caller refuses dropout where cuDNN has none (a single key,
+// bottom-right causal alignment).
 void attention_forward(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k,
-                       const Tensor& v, bool causal, float scale);
+                       const Tensor& v, bool causal, float scale, const AttentionDropout& dropout);
 void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& stats,
-                        bool causal, float scale, bool deterministic);
+                        bool causal, float scale, bool deterministic, const AttentionDropout& dropout);
 
 // qkv [B, S, H * 3 * D] read in place (strided), dqkv written in place; S > 1.
 void attention_forward_packed(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& qkv, bool causal,
-                              float scale);
+                              float scale, const AttentionDropout& dropout);
 void attention_backward_packed(Context& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                               const Tensor& out, const Tensor& stats, bool causal, float scale, bool deterministic);
+                               const Tensor& out, const Tensor& stats, bool causal, float scale, bool deterministic,
+                               const AttentionDropout& dropout);
+
+// attention_dropout_mask (attention_dropout.h) on CUDA (attention_dropout.cu); arguments validated by the caller.
+void attention_dropout_mask(Context& ctx, const Tensor& mask, const AttentionDropout& dropout, bool causal);
 
 // Packed (THD) sequences (attention_varlen.h): q/out/dq/dout [Tq, H, D], k/v/dk/dv [Tkv, G, D], stats [H, Tq],
 // cu_seqlens host i64 [N + 1]; BF16/F16 through cuDNN's fused attention with ragged offsets (cudnn_sdpa.cpp).

@@ -45,7 +45,10 @@ namespace {
 namespace fe = cudnn_frontend;
 
 // Tensor uids of the graphs' variant packs.
-enum : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV, kSeqLenQ, kSeqLenKv, kOffsetQ, kOffsetKv, kOffsetStats };
+enum : int64_t {
+  kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV, kSeqLenQ, kSeqLenKv, kOffsetQ, kOffsetKv, kOffsetStats,
+  kDropoutSeed, kDropoutOffset, kDropoutMask
+};
 
 struct SdpaPlan {
   std::shared_ptr<fe::graph::Graph> graph;
@@ -58,18 +61,30 @@ struct Problem {
   bool causal;
   float scale;
   int64_t qkv_interleave = 1;  // 3: Q, K, V (and their gradients) interleaved per head in one packed tensor
+  float dropout_p = 0.0f;      // 0: no dropout
+  bool dropout_by_index = false;  // a custom mask (attention_dropout_mask) instead of cuDNN's Philox
 
   std::string describe() const {
     return str_cat(dtype_name(dtype), " B=", B, " Sq=", Sq, " Skv=", Skv, " H=", H, " G=", G, " D=", D,
-                   causal ? " causal" : " full", " scale=", scale, qkv_interleave > 1 ? " packed qkv" : "");
+                   causal ? " causal" : " full", " scale=", scale, qkv_interleave > 1 ? " packed qkv" : "",
+                   dropout_p > 0 ? str_cat(" dropout=", dropout_p, dropout_by_index ? " by index" : " cuDNN Philox") : "");
   }
   std::string key(const char* direction, bool deterministic) const {
-    uint32_t scale_bits;
+    uint32_t scale_bits, dropout_bits;
     std::memcpy(&scale_bits, &scale, sizeof scale_bits);
+    std::memcpy(&dropout_bits, &dropout_p, sizeof dropout_bits);
     return str_cat("attention_", direction, ":", dtype_name(dtype), ":", B, ":", Sq, ":", Skv, ":", H, ":", G, ":", D,
-                   ":", int(causal), ":", scale_bits, ":", int(deterministic), ":", qkv_interleave);
+                   ":", int(causal), ":", scale_bits, ":", int(deterministic), ":", qkv_interleave, ":", dropout_bits,
+                   ":", int(dropout_by_index));
   }
 };
+
+Problem with_dropout(Problem p, const AttentionDropout& dropout) {
+  if (!dropout.enabled()) return p;
+  p.dropout_p = dropout.p;
+  p.dropout_by_index = dropout.masks == DropoutMasks::ByIndex;
+  return p;
+}
 
 Problem problem_of(const Tensor& q, const Tensor& k, bool causal, float scale) {
   return {q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dtype(), causal, scale};
@@ -138,6 +153,56 @@ std::shared_ptr<fe::graph::Graph> new_graph(const Problem& p) {
   return graph;
 }
 
+// The graph's dropout inputs. ByIndex: the mask [B, H, Sq, Skv] in the I/O type with the scale 1 / (1 - p) passed
+// by value; cuDNN Philox: the int64 seed and offset in device memory.
+// cuDNN 9.14's backward with a custom mask leaves its inverse scale (Dropout_scale_inv, 1 - p, by which the
+// frontend's graph multiplies rowsum(dO o O)) unapplied: its dQ and dK fit dS = P o (dP o M - rowsum(dO o O)) / (1 - p)
+// (NMSE 6e-6 against fp64 loops, 2e-3 for the documented formula; the Philox backward applies it). So the inverse
+// scale is passed as 1 and the backward reads O * (1 - p) in place of O -- O enters it only through that row sum --
+// which gives the documented gradients whether or not a later cuDNN applies the inverse scale.
+struct DropoutInputs {
+  std::shared_ptr<fe::graph::Tensor_attributes> seed, offset, mask, scale, scale_inv;
+};
+
+DropoutInputs dropout_inputs(fe::graph::Graph& g, const Problem& p) {
+  DropoutInputs in;
+  if (p.dropout_p <= 0.0f) return in;
+  if (p.dropout_by_index) {
+    in.mask = g.tensor(fe::graph::Tensor_attributes()
+                           .set_name("dropout_mask")
+                           .set_uid(kDropoutMask)
+                           .set_dim({p.B, p.H, p.Sq, p.Skv})
+                           .set_stride({p.H * p.Sq * p.Skv, p.Sq * p.Skv, p.Skv, 1})
+                           .set_data_type(fe_dtype(p.dtype)));
+    in.scale = g.tensor(fe::graph::Tensor_attributes(float(1.0 / (1.0 - double(p.dropout_p)))));
+    in.scale_inv = g.tensor(fe::graph::Tensor_attributes(1.0f));
+    return in;
+  }
+  auto scalar = [&](const char* name, int64_t uid) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({1, 1, 1, 1})
+                        .set_stride({1, 1, 1, 1})
+                        .set_data_type(fe::DataType_t::INT64));
+  };
+  in.seed = scalar("dropout_seed", kDropoutSeed);
+  in.offset = scalar("dropout_offset", kDropoutOffset);
+  return in;
+}
+
+void set_dropout(fe::graph::SDPA_attributes& options, const Problem& p, const DropoutInputs& in) {
+  if (p.dropout_p <= 0.0f) return;
+  if (p.dropout_by_index) options.set_dropout(in.mask, in.scale);
+  else options.set_dropout(p.dropout_p, in.seed, in.offset);
+}
+
+void set_dropout(fe::graph::SDPA_backward_attributes& options, const Problem& p, const DropoutInputs& in) {
+  if (p.dropout_p <= 0.0f) return;
+  if (p.dropout_by_index) options.set_dropout(in.mask, in.scale, in.scale_inv);
+  else options.set_dropout(p.dropout_p, in.seed, in.offset);
+}
+
 // validate -> operation graph -> heuristics -> support check -> plan, each step's failure reported by name.
 SdpaPlan finish_plan(Context& ctx, std::shared_ptr<fe::graph::Graph> graph, const char* op, const Problem& p) {
   cudnnHandle_t handle = ctx.cuda_libraries().cudnn;
@@ -160,6 +225,7 @@ SdpaPlan build_forward(Context& ctx, const Problem& p) {
   auto V = bshd_tensor(*graph, "V", kV, p.B, p.G, p.Skv, p.D, f);
   auto options = fe::graph::SDPA_attributes().set_name("attention_forward").set_generate_stats(true).set_attn_scale(p.scale);
   set_causal(options, p);
+  set_dropout(options, p, dropout_inputs(*graph, p));
   auto [O, Stats] = graph->sdpa(Q, K, V, options);
   set_bshd_output(*O, kO, p.B, p.H, p.Sq, p.D);
   Stats->set_output(true)
@@ -189,6 +255,7 @@ SdpaPlan build_backward(Context& ctx, const Problem& p, bool deterministic) {
                      .set_attn_scale(p.scale)
                      .set_deterministic_algorithm(deterministic);
   set_causal(options, p);
+  set_dropout(options, p, dropout_inputs(*graph, p));
   auto [dQ, dK, dV] = graph->sdpa_backward(Q, K, V, O, dO, Stats, options);
   set_bshd_output(*dQ, kdQ, p.B, p.H, p.Sq, p.D, f);
   set_bshd_output(*dK, kdK, p.B, p.G, p.Skv, p.D, f);
@@ -212,6 +279,35 @@ void execute(Context& ctx, const SdpaPlan& plan, std::unordered_map<int64_t, voi
     workspace_ptr = workspace.data_ptr();
   }
   fe_check(plan.graph->execute(ctx.cuda_libraries().cudnn, pack, workspace_ptr), "execute", op, p);
+}
+
+// The dropout inputs of one call, alive until its graph has been enqueued (stream-ordered frees).
+struct DropoutBuffers {
+  Tensor seed_offset, mask, scaled_out;
+};
+
+DropoutBuffers bind_dropout(Context& ctx, const Problem& p, const AttentionDropout& dropout,
+                            std::unordered_map<int64_t, void*>& pack) {
+  DropoutBuffers b;
+  if (p.dropout_p <= 0.0f) return b;
+  if (p.dropout_by_index) {
+    b.mask = ctx.empty({p.B, p.H, p.Sq, p.Skv}, p.dtype);
+    ops::attention_dropout_mask(ctx, b.mask, dropout, p.causal);
+    pack[kDropoutMask] = b.mask.data_ptr();
+    if (pack.count(kdO)) {  // a backward: O * (1 - p) for cuDNN's row sum (see DropoutInputs)
+      const Tensor out = Tensor::from_blob(pack.at(kO), {p.B, p.Sq, p.H, p.D}, p.dtype, ctx.device());
+      b.scaled_out = ctx.empty(out.shape(), p.dtype);
+      ops::scale(ctx, b.scaled_out, out, 1.0 - double(p.dropout_p));
+      pack[kO] = b.scaled_out.data_ptr();
+    }
+    return b;
+  }
+  int64_t host[2] = {int64_t(attention_dropout_device_seed(dropout)), 0};
+  b.seed_offset = ctx.empty({2}, DType::I64);
+  copy_tensor(ctx, b.seed_offset, Tensor::from_blob(host, {2}, DType::I64, Device::cpu()));
+  pack[kDropoutSeed] = b.seed_offset.data<int64_t>();
+  pack[kDropoutOffset] = b.seed_offset.data<int64_t>() + 1;
+  return b;
 }
 
 // ---- packed (THD) sequences ----
@@ -393,8 +489,8 @@ void add_ragged(std::unordered_map<int64_t, void*>& pack, const RaggedIndex& r) 
 }  // namespace
 
 void attention_forward(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k,
-                       const Tensor& v, bool causal, float scale) {
-  const Problem p = problem_of(q, k, causal, scale);
+                       const Tensor& v, bool causal, float scale, const AttentionDropout& dropout) {
+  const Problem p = with_dropout(problem_of(q, k, causal, scale), dropout);
   check_cudnn_limits("attention_forward", p, {{"out", out}, {"stats", stats}, {"q", q}, {"k", k}, {"v", v}});
   if (p.Skv == 1) {  // one key (see cuda.cu)
     attention_forward_single_token(ctx, out, stats, q, k, v, scale);
@@ -403,13 +499,14 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& stats, con
   SdpaPlan& plan = cached_plan(ctx, p.key("forward", false), [&] { return build_forward(ctx, p); });
   std::unordered_map<int64_t, void*> pack = {
       {kQ, q.data_ptr()}, {kK, k.data_ptr()}, {kV, v.data_ptr()}, {kO, out.data_ptr()}, {kStats, stats.data_ptr()}};
+  const DropoutBuffers buffers = bind_dropout(ctx, p, dropout, pack);
   execute(ctx, plan, pack, "attention_forward", p);
 }
 
 void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& stats,
-                        bool causal, float scale, bool deterministic) {
-  const Problem p = problem_of(q, k, causal, scale);
+                        bool causal, float scale, bool deterministic, const AttentionDropout& dropout) {
+  const Problem p = with_dropout(problem_of(q, k, causal, scale), dropout);
   check_cudnn_limits("attention_backward", p,
                      {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dout", dout}, {"q", q}, {"k", k}, {"v", v}, {"out", out},
                       {"stats", stats}});
@@ -422,12 +519,13 @@ void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   std::unordered_map<int64_t, void*> pack = {{kQ, q.data_ptr()},       {kK, k.data_ptr()},   {kV, v.data_ptr()},
                                              {kO, out.data_ptr()},     {kdO, dout.data_ptr()}, {kStats, stats.data_ptr()},
                                              {kdQ, dq.data_ptr()},     {kdK, dk.data_ptr()},   {kdV, dv.data_ptr()}};
+  const DropoutBuffers buffers = bind_dropout(ctx, p, dropout, pack);
   execute(ctx, plan, pack, "attention_backward", p);
 }
 
 void attention_forward_packed(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& qkv, bool causal,
-                              float scale) {
-  const Problem p = packed_problem_of(out, causal, scale);
+                              float scale, const AttentionDropout& dropout) {
+  const Problem p = with_dropout(packed_problem_of(out, causal, scale), dropout);
   check_cudnn_limits("attention_forward_packed", p, {{"out", out}, {"stats", stats}, {"qkv", qkv}});
   char* base = static_cast<char*>(qkv.data_ptr());
   const int64_t head_bytes = p.D * int64_t(dtype_size(p.dtype));
@@ -437,12 +535,14 @@ void attention_forward_packed(Context& ctx, const Tensor& out, const Tensor& sta
                                              {kV, base + 2 * head_bytes},
                                              {kO, out.data_ptr()},
                                              {kStats, stats.data_ptr()}};
+  const DropoutBuffers buffers = bind_dropout(ctx, p, dropout, pack);
   execute(ctx, plan, pack, "attention_forward_packed", p);
 }
 
 void attention_backward_packed(Context& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                               const Tensor& out, const Tensor& stats, bool causal, float scale, bool deterministic) {
-  const Problem p = packed_problem_of(out, causal, scale);
+                               const Tensor& out, const Tensor& stats, bool causal, float scale, bool deterministic,
+                               const AttentionDropout& dropout) {
+  const Problem p = with_dropout(packed_problem_of(out, causal, scale), dropout);
   check_cudnn_limits("attention_backward_packed", p,
                      {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"stats", stats}});
   char* base = static_cast<char*>(qkv.data_ptr());
@@ -454,6 +554,7 @@ void attention_backward_packed(Context& ctx, const Tensor& dqkv, const Tensor& d
       {kQ, base},          {kK, base + head_bytes},          {kV, base + 2 * head_bytes},
       {kO, out.data_ptr()}, {kdO, dout.data_ptr()},           {kStats, stats.data_ptr()},
       {kdQ, dbase},        {kdK, dbase + head_bytes},        {kdV, dbase + 2 * head_bytes}};
+  const DropoutBuffers buffers = bind_dropout(ctx, p, dropout, pack);
   execute(ctx, plan, pack, "attention_backward_packed", p);
 }
 
