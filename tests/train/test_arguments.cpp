@@ -8,6 +8,7 @@
 #include "megatron/train/flags.h"
 #include "megatron/train/flops.h"
 #include "megatron/train/fp8_arguments.h"
+#include "megatron/train/model_config.h"
 #include "megatron/train/moe_arguments.h"
 #include "megatron/train/recompute_arguments.h"
 
@@ -49,6 +50,25 @@ TEST(Flags, SwigluDefaultFfnAndGqa) {
   a.parallel.tensor_model_parallel_size = 4;
   a.parallel.world_size = 4;
   EXPECT_EQ(a.padded_vocab_size(), 32256);  // multiple of 128 * TP = 512
+}
+
+// Attention dropout keeps Megatron's default 0.1; who draws its masks on GPUs reaches the model's configuration
+// and comes back from it (checkpoint metadata), and only the two generators are accepted.
+TEST(Flags, AttentionDropoutMasks) {
+  std::vector<std::string> argv = gpt2_small();
+  argv.pop_back();
+  Arguments a = parse_arguments(argv);
+  resolve_and_validate(a);
+  EXPECT_DOUBLE_EQ(a.model.attention_dropout, 0.1);
+  EXPECT_FALSE(train::transformer_config(a, 1).attention_dropout_by_index);
+  argv.insert(argv.end(), {"--attention-dropout-masks", "by-index"});
+  Arguments b = parse_arguments(argv);
+  resolve_and_validate(b);
+  const nn::TransformerConfig config = train::transformer_config(b, 1);
+  EXPECT_TRUE(config.attention_dropout_by_index);
+  EXPECT_EQ(train::model_arguments(config).attention_dropout_masks, "by-index");
+  expect_error([] { parse_arguments({"--attention-dropout-masks", "cudnn"}); },
+               {"--attention-dropout-masks 'cudnn' is not one of {device, by-index}"});
 }
 
 TEST(Flags, UnknownFlagSuggestsTheNearestAndAllProblemsAreListed) {
