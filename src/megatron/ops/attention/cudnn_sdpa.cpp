@@ -291,7 +291,14 @@ DropoutBuffers bind_dropout(Context& ctx, const Problem& p, const AttentionDropo
   DropoutBuffers b;
   if (p.dropout_p <= 0.0f) return b;
   if (p.dropout_by_index) {
-    b.mask = ctx.empty({p.B, p.H, p.Sq, p.Skv}, p.dtype);
+    try {
+      b.mask = ctx.empty({p.B, p.H, p.Sq, p.Skv}, p.dtype);
+    } catch (const std::exception& e) {
+      MEGATRON_FAIL("attention dropout by index needs its mask [B, heads, Sq, Skv] = [", p.B, ", ", p.H, ", ", p.Sq,
+                    ", ", p.Skv, "] of ", double(p.B * p.H * p.Sq * p.Skv) * double(dtype_size(p.dtype)) / double(1 << 30),
+                    " GiB for ", p.describe(), ", which does not fit (", e.what(), "): use --attention-dropout-masks ",
+                    "device (cuDNN's generator, no mask tensor) or a smaller micro-batch");
+    }
     ops::attention_dropout_mask(ctx, b.mask, dropout, p.causal);
     pack[kDropoutMask] = b.mask.data_ptr();
     if (pack.count(kdO)) {  // a backward: O * (1 - p) for cuDNN's row sum (see DropoutInputs)
