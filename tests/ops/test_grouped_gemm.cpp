@@ -300,5 +300,33 @@ TEST(GroupedGemmGpu, ChangingCountsBetweenCalls) {
   }
 }
 
+// The per-expert path picks an algorithm per family of shapes (rows rounded up to a power of two) on the
+// first problem of the family, timing candidates; for an accumulating weight gradient that timing must not
+// add into the gradient. Counts that grow from call to call open new families at later calls, between real
+// accumulations: the F32 main grad accumulated over all calls equals the CPU's.
+TEST(GroupedGemmGpu, MainGradAccumulatesOnceWhileNewShapeFamiliesAreTimed) {
+  MEGATRON_REQUIRE_GPU();
+  Context& gpu = cuda_context();
+  Context& cpu = cpu_context();
+  const int64_t E = 4, N = 136, K = 72;  // a shape no other test uses, so its families start here
+  Tensor dw_gpu = gpu.empty({E, N, K}, F32), dw_cpu = cpu.empty({E, N, K}, F32);
+  fill_random(dw_cpu, 3);
+  copy_tensor(gpu, dw_gpu, dw_cpu);
+  for (int call = 0; call < 4; ++call) {
+    const int64_t per_expert = int64_t(24) << (2 * call);  // 24, 96, 384, 1536 rows: a new family each call
+    const std::vector<int64_t> counts{per_expert, per_expert / 3, 0, per_expert + 5};
+    const int64_t R = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+    Tensor dyh = cpu.empty({R, N}, BF16), xh = cpu.empty({R, K}, BF16);
+    fill_random(dyh, 10 + call);
+    fill_random(xh, 20 + call);
+    Tensor dy = gpu.empty(dyh.shape(), BF16), x = gpu.empty(xh.shape(), BF16);
+    copy_tensor(gpu, dy, dyh);
+    copy_tensor(gpu, x, xh);
+    ops::grouped_gemm_wgrad(gpu, dw_gpu, dy, x, counts, /*accumulate=*/true, {.algo = GroupedGemmAlgo::PerExpert});
+    ops::grouped_gemm_wgrad(cpu, dw_cpu, dyh, xh, counts, /*accumulate=*/true);
+    EXPECT_LE(nmse(to_doubles(gpu, dw_gpu), to_doubles(cpu, dw_cpu)), kNarrowToF32) << "call " << call;
+  }
+}
+
 }  // namespace
 }  // namespace megatron

@@ -14,7 +14,8 @@
 // case). So BF16 inputs into an F32 main grad, BF16 problems with a pointer off 16 bytes (N or K not a
 // multiple of 8, or a view at an odd offset), and any dtype cuBLAS declines anyway (NOT_SUPPORTED,
 // remembered per combination) run per expert.
-// PerExpert: one cublasGemmEx_64 per non-empty expert.
+// PerExpert: one cuBLASLt matmul per non-empty expert, its algorithm chosen once per shape family (cuda_lt.cu),
+// or cublasGemmEx_64 for a problem cuBLASLt declines.
 // Experts without rows are skipped; in an assigning wgrad their dw_e is cleared with a memset.
 //
 // The cuBLAS handle lives in the context's plan cache, bound to ctx.stream() and sharing the cuBLASLt
@@ -30,10 +31,14 @@
 
 #include "megatron/core/cuda_check.h"
 #include "megatron/ops/grouped_gemm/cuda.h"
+#include "megatron/ops/grouped_gemm/cuda_problem.h"
 #include "megatron/runtime/cuda_libraries.h"
 
 namespace megatron::ops::cuda {
 namespace {
+
+using grouped::Problem;
+using grouped::Types;
 
 // Problems per grouped call: their pointers travel as kernel parameters (3 KiB, under the 4 KiB limit).
 constexpr int kMaxGroups = 128;
@@ -85,16 +90,6 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-// One expert's GEMM in cuBLAS's column-major terms.
-struct Problem {
-  cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
-  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
-  const void* a = nullptr;
-  const void* b = nullptr;
-  void* c = nullptr;
-  float beta = 0.0f;
-};
-
 const char* offset(const Tensor& t, int64_t elements) {
   return static_cast<const char*>(t.data_ptr()) + elements * int64_t(dtype_size(t.dtype()));
 }
@@ -116,14 +111,11 @@ Problem problem_of(const Tensor& d, const Tensor& a, const Tensor& b, const Grou
       p = {CUBLAS_OP_N, CUBLAS_OP_T, g.k, g.n, rows, g.k, g.n, g.k};
       p.a = offset(b, row * g.k), p.b = offset(a, row * g.n), p.c = const_cast<char*>(offset(d, e * g.n * g.k));
       p.beta = g.accumulate ? 1.0f : 0.0f;
+      p.rows_in_k = true;
       break;
   }
   return p;
 }
-
-struct Types {
-  cudaDataType_t in, out;
-};
 
 // The call's operands, for error messages (built only on failure).
 struct Call {
@@ -137,10 +129,12 @@ struct Call {
   }
 };
 
-void run_per_expert(cublasHandle_t h, const std::vector<Problem>& problems, Types t, const Call& call) {
+// Each problem on cuBLASLt (cuda_lt.cu), or with cublasGemmEx where cuBLASLt declines it.
+void run_per_expert(Context& ctx, cublasHandle_t h, const std::vector<Problem>& problems, Types t, const Call& call) {
   const float alpha = 1.0f;
   for (const Problem& p : problems)
-    CUBLAS_CHECK_MSG(cublasGemmEx_64(h, p.ta, p.tb, p.m, p.n, p.k, &alpha, p.a, t.in, p.lda, p.b, t.in, p.ldb, &p.beta,
+    if (!grouped::run_with_cublaslt(ctx, p, t))
+      CUBLAS_CHECK_MSG(cublasGemmEx_64(h, p.ta, p.tb, p.m, p.n, p.k, &alpha, p.a, t.in, p.lda, p.b, t.in, p.ldb, &p.beta,
                                      p.c, t.out, p.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      " (", call.what(), ", m=", p.m, " n=", p.n, " k=", p.k, ")");
 }
@@ -237,7 +231,7 @@ void grouped_gemm(Context& ctx, const Tensor& d, const Tensor& a, const Tensor& 
       algo == GroupedGemmAlgo::Grouped && groupable(problems, t) && lib.get_plan<int>(declined) == nullptr;
   if (grouped && run_grouped(ctx, h, problems, t, call)) return;
   if (grouped) lib.put_plan(declined, std::make_shared<int>(1));
-  run_per_expert(h, problems, t, call);
+  run_per_expert(ctx, h, problems, t, call);
 }
 
 }  // namespace megatron::ops::cuda
