@@ -15,7 +15,8 @@
 #      ours with grouped GEMM and the alltoall dispatcher, 8 iterations; the peer (--model mixtral-8x-0.9b,
 #      --moe-impl auto: the faster of its per-expert loop and torch._grouped_mm, named in its row) at the same
 #      mbs. fp32 weights, gradients and Adam moments alone are 70-80 GiB here (the peer peaks at 96.5 GiB at
-#      mbs 2, 89 GiB at mbs 1): run it on an H200. PEER_MOE_IMPL=loop|grouped pins the peer's experts.
+#      mbs 2, 89 GiB at mbs 1), so a GPU under 100 GiB (an H100) runs 10 layers; MOE_LAYERS=N sets the count.
+#      PEER_MOE_IMPL=loop|grouped pins the peer's experts.
 #      Not in the default set (no --only): pass --only moe.
 #   6. observability (--only observability): the 0.89B at the defaults, with level-1 and level-2 timers and
 #      the straggler detector, and with TensorBoard, side by side (docs/observability.md). Not in the default set.
@@ -105,6 +106,8 @@ if "moe_impl" in r:
     name += f" ({r['moe_impl']} experts{'' if r['moe_compiled'] else ', eager'})"
 if r.get("fp8", "none") != "none":
     name += f" (fp8 {r['fp8']})"
+if "moe_impl" in r and r.get("num_layers", 16) != 16:
+    name += f", {r['num_layers']} layers"
 print(f"| pytorch compile | {name} | {mbs} | {gbs} | {r['ms_per_iteration']:.1f} | {r['tokens_per_s']:,.0f} | "
       f"{r['tflops_per_gpu']:.1f} | {100 * r['mfu']:.1f}% | {r['peak_allocated_gib']:.2f} |")
 EOF
@@ -144,16 +147,21 @@ if want_explicit observability; then
 fi
 
 if want_explicit moe; then
+  # MOE_LAYERS (default: 16 on a GPU of 100 GiB or more, else 10, which an 80 GB H100 holds: each layer's
+  # experts take ~5 GiB of parameters, gradients and Adam state), for ours and the peer.
+  gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  MOE_LAYERS=${MOE_LAYERS:-$([ "${gpu_mib:-0}" -lt 102400 ] 2>/dev/null && echo 10 || echo 16)}
+  moe_name=mixtral-8x-0.9b$([ "$MOE_LAYERS" != 16 ] && echo ", $MOE_LAYERS layers")
   # mbs 2, else 1 (out of memory or any other failure at 2); the peer at the mbs ours ran, with the same fallback.
   moe_mbs=""
   for mbs in 2 1; do
-    row=$(ours mixtral-8x-0.9b $mbs 16 8 "${MOE[@]}")
+    row=$(ours "$moe_name" $mbs 16 8 "${MOE[@]}" --num-layers "$MOE_LAYERS")
     rows+=("$row")
     if [[ $row != *FAILED* ]]; then moe_mbs=$mbs; break; fi
   done
   if [ $SKIP_PEER = 0 ]; then
     for mbs in ${moe_mbs:-2} 1; do
-      row=$(PEER_ARGS="--moe-impl ${PEER_MOE_IMPL:-auto}" peer mixtral-8x-0.9b $mbs 16)
+      row=$(PEER_ARGS="--moe-impl ${PEER_MOE_IMPL:-auto} --num-layers $MOE_LAYERS" peer mixtral-8x-0.9b $mbs 16)
       rows+=("$row")
       [[ $row != *FAILED* || $mbs = 1 ]] && break
     done
