@@ -57,6 +57,7 @@ LLAMA=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query
        --ffn-hidden-size 5632 --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000
        --position-embedding-type rope --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights
        --disable-bias-linear)
+source scripts/gpu/moe_model.sh  # for MOE_LAYERS (16, or 10 on a GPU under 100 GiB); MOE is redefined here
 MOE=("${LLAMA[@]}" --seq-length 4096 --max-position-embeddings 4096 --num-experts 8 --moe-router-topk 2
      --moe-ffn-hidden-size 5632 --moe-grouped-gemm --moe-token-dispatcher-type alltoall --moe-aux-loss-coeff 1e-2
      --moe-router-load-balancing-type aux_loss)
@@ -107,7 +108,7 @@ if "moe_impl" in r:
 if r.get("fp8", "none") != "none":
     name += f" (fp8 {r['fp8']})"
 if "moe_impl" in r and r.get("num_layers", 16) != 16:
-    name += f", {r['num_layers']} layers"
+    name += f"-{r['num_layers']}layers"
 print(f"| pytorch compile | {name} | {mbs} | {gbs} | {r['ms_per_iteration']:.1f} | {r['tokens_per_s']:,.0f} | "
       f"{r['tflops_per_gpu']:.1f} | {100 * r['mfu']:.1f}% | {r['peak_allocated_gib']:.2f} |")
 EOF
@@ -147,11 +148,7 @@ if want_explicit observability; then
 fi
 
 if want_explicit moe; then
-  # MOE_LAYERS (default: 16 on a GPU of 100 GiB or more, else 10, which an 80 GB H100 holds: each layer's
-  # experts take ~5 GiB of parameters, gradients and Adam state), for ours and the peer.
-  gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-  MOE_LAYERS=${MOE_LAYERS:-$([ "${gpu_mib:-0}" -lt 102400 ] 2>/dev/null && echo 10 || echo 16)}
-  moe_name=mixtral-8x-0.9b$([ "$MOE_LAYERS" != 16 ] && echo ", $MOE_LAYERS layers")
+  moe_name=mixtral-8x-0.9b$([ "$MOE_LAYERS" != 16 ] && echo "-${MOE_LAYERS}layers")
   # mbs 2, else 1 (out of memory or any other failure at 2); the peer at the mbs ours ran, with the same fallback.
   moe_mbs=""
   for mbs in 2 1; do

@@ -26,6 +26,6 @@ grep -E "iteration +[3-6]/" "$OUT/ours_grouped.log" | grep -o "per iteration (ms
 grep -iE "error|peak alloc" "$OUT/ours_grouped.log" | head -3
 since ours
 timeout 150 python3 bench/reference/bench_reference.py --model mixtral-8x-0.9b --micro-batch-size 2 \
-  --global-batch-size 16 --iters 5 --warmup 2 --moe-impl grouped >"$OUT/peer.log" 2>&1
+  --global-batch-size 16 --iters 5 --warmup 2 --moe-impl grouped --num-layers "$MOE_LAYERS" >"$OUT/peer.log" 2>&1
 grep RESULT "$OUT/peer.log" | cut -c1-400
 since total
