@@ -25,6 +25,7 @@
 
 #include "megatron/core/cuda_check.h"
 #include "megatron/ops/cuda_common.cuh"
+#include "megatron/ops/gemm/fastest_launch.h"
 #include "megatron/runtime/cuda_libraries.h"
 
 namespace megatron::ops::cuda {
@@ -259,8 +260,8 @@ constexpr int kAutotuneCandidates = 8;
 // Everything the matmul writes (D, the GELU aux output, the bias gradient, amax) is assigned by the real call
 // that follows, so the timing runs write into the call's own outputs; only an accumulating call (beta != 0,
 // which reads D) gets a scratch D, so no input of the real call is disturbed and no output-sized buffer is
-// allocated for the big assigning gemms (the logits). Candidates cuBLASLt fails to run are skipped. Costs a
-// few milliseconds per plan, once.
+// allocated for the big assigning gemms (the logits). Candidates cuBLASLt fails to run are skipped
+// (fastest_launch.h). Costs a few milliseconds per plan, once.
 int fastest_candidate(Context& ctx, const LtPlan& p, const Call& c, const cublasLtMatmulHeuristicResult_t* results,
                       int count) {
   CudaLibraries& lib = ctx.cuda_libraries();
@@ -274,31 +275,12 @@ int fastest_candidate(Context& ctx, const LtPlan& p, const Call& c, const cublas
   }
   void* c_ptr = c.d_fp8 ? nullptr : d_ptr;
   const float alpha = c.opt.alpha, beta = c.opt.beta;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  int best = 0;
-  float best_ms = 0;
-  for (int i = 0; i < count; ++i) {
-    auto run = [&] {
-      return cublasLtMatmul(lib.cublaslt, p.desc, &alpha, c.b.data_ptr(), p.a, c.a.data_ptr(), p.b, &beta, c_ptr, p.c,
-                            d_ptr, p.d, &results[i].algo, lib.cublaslt_workspace.data_ptr(),
-                            CudaLibraries::kCublasLtWorkspaceBytes, stream);
-    };
-    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate that cannot run is skipped
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    constexpr int kRepeats = 3;
-    for (int r = 0; r < kRepeats; ++r) run();
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (i == 0 || ms < best_ms) best = i, best_ms = ms;
-  }
-  (void)cudaGetLastError();
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return best;
+  const int best = fastest_launch(stream, count, [&](int i) {
+    return cublasLtMatmul(lib.cublaslt, p.desc, &alpha, c.b.data_ptr(), p.a, c.a.data_ptr(), p.b, &beta, c_ptr, p.c,
+                          d_ptr, p.d, &results[i].algo, lib.cublaslt_workspace.data_ptr(),
+                          CudaLibraries::kCublasLtWorkspaceBytes, stream);
+  });
+  return best < 0 ? 0 : best;  // none ran: the heuristic's first, whose real call then reports cuBLASLt's error
 }
 
 // Descriptors + the best algorithm (the fastest of the heuristic's candidates, timed; the first candidate in

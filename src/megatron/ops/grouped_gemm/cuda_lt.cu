@@ -25,6 +25,7 @@
 #include <string>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/gemm/fastest_launch.h"
 #include "megatron/ops/grouped_gemm/cuda_problem.h"
 #include "megatron/runtime/cuda_libraries.h"
 
@@ -95,8 +96,7 @@ cublasStatus_t launch(Context& ctx, const LtPlan& plan, const cublasLtMatmulAlgo
                         ctx.stream());
 }
 
-// The index of the fastest candidate on p (run into a scratch C when p reads C); candidates that cannot run
-// are skipped; -1 when none runs.
+// The index of the fastest candidate on p (run into a scratch C when p reads C); -1 when none runs.
 int fastest(Context& ctx, const LtPlan& plan, const Problem& p, Types t,
             const cublasLtMatmulHeuristicResult_t* results, int count) {
   cudaStream_t stream = ctx.stream();
@@ -108,26 +108,7 @@ int fastest(Context& ctx, const LtPlan& plan, const Problem& p, Types t,
     CUDA_CHECK(cudaMemsetAsync(scratch.data_ptr(), 0, scratch.nbytes(), stream));
     c = scratch.data_ptr();
   }
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  int best = -1;
-  float best_ms = 0;
-  for (int i = 0; i < count; ++i) {
-    if (launch(ctx, plan, results[i].algo, p, c) != CUBLAS_STATUS_SUCCESS) continue;  // (the warm-up)
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    constexpr int kRepeats = 3;
-    for (int r = 0; r < kRepeats; ++r) launch(ctx, plan, results[i].algo, p, c);
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (best < 0 || ms < best_ms) best = i, best_ms = ms;
-  }
-  (void)cudaGetLastError();
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return best;
+  return fastest_launch(stream, count, [&](int i) { return launch(ctx, plan, results[i].algo, p, c); });
 }
 
 // The family's plan: heuristic candidates for the family's shape, the fastest on p (p's family's first problem).
