@@ -118,5 +118,49 @@ void expect_packed_equals_documents(train::ModelArguments args) {
 TEST(PackedDocuments, GptStyleEqualsDocumentsOneByOne) { expect_packed_equals_documents(microbatch::gpt2_args()); }
 TEST(PackedDocuments, LlamaStyleEqualsDocumentsOneByOne) { expect_packed_equals_documents(microbatch::llama_args()); }
 
+// Attention dropout over packed documents draws, for each document, the masks its scores have in the whole
+// micro-batch: where every document is a whole sample, the packed model computes exactly the unpacked one
+// (loss and gradients, with attention and hidden dropout on), and not the model without attention dropout.
+TEST(PackedDocuments, AttentionDropoutOverWholeSampleDocumentsEqualsTheUnpackedModel) {
+  Context& ctx = testing::cpu_context();
+  train::ModelArguments args = microbatch::llama_args();
+  args.seq_length = kSeq;
+  args.hidden_dropout = 0.1;
+  args.attention_dropout = 0.2;
+  GPTModel model(ctx, train::transformer_config(args, DType::F64, 77));
+  const testing::ModelBatch batch = testing::make_model_batch(ctx, kRows, kSeq, args.vocab_size, 41);
+  double counted = 0;
+  for (int64_t i = 0; i < kRows * kSeq; ++i) counted += batch.mask.data<float>()[i];
+  std::vector<int64_t> positions;
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t j = 0; j < kSeq; ++j) positions.push_back(j);
+  std::vector<int64_t> cu = {0};
+  for (int64_t r = 0; r < kRows; ++r) cu.push_back(cu.back() + kSeq);
+  auto loss_and_grads = [&](GPTModel& m, bool packed) {
+    StageInput in{.tokens = batch.tokens, .labels = batch.labels, .loss_mask = batch.mask};
+    if (packed) {
+      in.position_ids = host_i64(ctx, positions, {kRows, kSeq});
+      in.cu_seqlens = host_i64(ctx, cu, {int64_t(cu.size())});
+    }
+    zero_grads(ctx, m.parameters());
+    StageOutput out = m.forward(ctx, in, {.training = true, .loss_denominator = counted});
+    const double loss = read_scalar(ctx, out.loss);
+    m.backward(ctx, std::move(out.saved));
+    std::vector<double> all = grads(ctx, m);
+    all.push_back(loss);
+    return all;
+  };
+  const std::vector<double> packed = loss_and_grads(model, true), unpacked = loss_and_grads(model, false);
+  expect_close(packed, unpacked, 1e-12, "loss and gradients");
+
+  train::ModelArguments no_attention_dropout = args;
+  no_attention_dropout.attention_dropout = 0.0;
+  GPTModel other(ctx, train::transformer_config(no_attention_dropout, DType::F64, 77));
+  const std::vector<double> without = loss_and_grads(other, true);
+  double differs = 0;
+  for (size_t i = 0; i < without.size(); ++i) differs = std::max(differs, std::abs(without[i] - packed[i]));
+  EXPECT_GT(differs, 1e-6) << "attention dropout must act on the packed path";
+}
+
 }  // namespace
 }  // namespace megatron::nn

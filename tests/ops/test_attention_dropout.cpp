@@ -70,7 +70,8 @@ double plain_factor(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j
   };
   const int64_t heads = d.heads > 0 ? d.heads : p.H, seq = d.seq > 0 ? d.seq : p.Skv;
   const uint64_t index =
-      uint64_t(((b * heads + d.head_offset + h) * seq + position(d.queries, i)) * seq + position(d.keys, j));
+      uint64_t((((d.batch_offset + b) * heads + d.head_offset + h) * seq + position(d.queries, i)) * seq +
+               position(d.keys, j));
   return philox_uniform(d.seed, d.offset, index) >= d.p ? 1.0 / (1.0 - double(d.p)) : 0.0;
 }
 
@@ -163,7 +164,12 @@ std::vector<Problem> problems() {
   ops::AttentionDropout prefix = dropout(0.5f, 99);
   prefix.seq = 20;        // queries at positions 14..19 over keys 0..19 (all-gather's prefix)
   prefix.queries = {{0, 14, 6}};
-  return {{2, 7, 7, 4, 2, 5, true, dropout(0.1f)},   {1, 70, 70, 2, 1, 3, true, dropout(0.25f)},
+  ops::AttentionDropout document = dropout(0.3f, 7);
+  document.seq = 9;       // a packed document: positions 3..6 of the micro-batch's second sample
+  document.batch_offset = 1;
+  document.queries = {{0, 3, 4}};
+  document.keys = {{0, 3, 4}};
+  return {{1, 4, 4, 2, 1, 3, true, document},{2, 7, 7, 4, 2, 5, true, dropout(0.1f)},   {1, 70, 70, 2, 1, 3, true, dropout(0.25f)},
           {1, 5, 9, 4, 4, 4, false, dropout(0.4f)},  {2, 3, 8, 4, 2, 3, true, dropout(0.3f)},
           {1, 6, 6, 4, 2, 4, true, heads},           {2, 6, 6, 2, 1, 4, true, chunks},
           {1, 6, 20, 2, 2, 3, true, prefix},         {1, 4, 4, 2, 2, 3, true, dropout(0.0f)}};
@@ -415,7 +421,7 @@ TEST(AttentionDropout, DeviceSeedsDifferWhereTheAddressingDoes) {
       [](auto& d) { d.seed += 1; },          [](auto& d) { d.offset += 1; },
       [](auto& d) { d.head_offset = 4; },    [](auto& d) { d.heads = 16; },
       [](auto& d) { d.seq = 24; },           [](auto& d) { d.queries = ops::two_chunk_runs(2, 1, 3); },
-      [](auto& d) { d.keys = ops::two_chunk_runs(2, 1, 3); }};
+      [](auto& d) { d.keys = ops::two_chunk_runs(2, 1, 3); }, [](auto& d) { d.batch_offset = 1; }};
   for (size_t c = 0; c < changes.size(); ++c) {
     ops::AttentionDropout d = base;
     changes[c](d);

@@ -69,6 +69,13 @@ Tensor document_rows(const Tensor& t, int64_t begin, int64_t end) {
   return out;
 }
 
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
 void expect_rows_equal(const Tensor& packed, int64_t begin, const Tensor& own, double tolerance, const char* what) {
   const std::vector<double> got = to_doubles(cpu_context(), packed.slice(begin, begin + own.dim(1)));
   const std::vector<double> want = to_doubles(cpu_context(), own);
@@ -186,11 +193,130 @@ GradCase varlen_grad_case(std::string name, int64_t H, int64_t G, int64_t D, std
   return c;
 }
 
+// ---- dropout: each document draws the masks its rows have in the whole batch's P ----
+
+ops::AttentionDropout by_index(float p, int64_t seq) {
+  return {.p = p, .masks = ops::DropoutMasks::ByIndex, .seed = 5, .offset = 17, .seq = seq};
+}
+
+// A packed micro-batch [B, S] whose every sample is one whole document is dense attention over [B, S, heads, D]:
+// with dropout the two ops draw the same masks (the packed op places document i at sequence i of P).
+TEST(AttentionVarlen, DropoutOverWholeSamplesEqualsDenseAttention) {
+  Context& ctx = cpu_context();
+  const int64_t B = 3, S = 11, H = 4, G = 2, D = 5;
+  const AttentionOptions options{.causal = true, .dropout = by_index(0.3f, S)};
+  const Tensor q = random_tensor({B * S, H, D}, DType::F64, "whole_q"), k = random_tensor({B * S, G, D}, DType::F64, "whole_k"),
+               v = random_tensor({B * S, G, D}, DType::F64, "whole_v"), dout = random_tensor({B * S, H, D}, DType::F64, "whole_do");
+  const Tensor cu = host_offsets({0, S, 2 * S, 3 * S});
+  Tensor out = ctx.empty(q.shape(), DType::F64), stats = ctx.empty({H, B * S}, DType::F32);
+  Tensor dq = ctx.empty(q.shape(), DType::F64), dk = ctx.empty(k.shape(), DType::F64), dv = ctx.empty(k.shape(), DType::F64);
+  ops::attention_forward_varlen(ctx, out, stats, q, k, v, cu, cu, options);
+  ops::attention_backward_varlen(ctx, dq, dk, dv, dout, q, k, v, out, stats, cu, cu, options);
+  auto batch = [&](const Tensor& t) { return t.view({B, S, t.dim(1), D}); };
+  Tensor o = ctx.empty({B, S, H, D}, DType::F64), st = ctx.empty({B, H, S, 1}, DType::F32);
+  Tensor gq = ctx.empty({B, S, H, D}, DType::F64), gk = ctx.empty({B, S, G, D}, DType::F64), gv = ctx.empty({B, S, G, D}, DType::F64);
+  ops::attention_forward(ctx, o, st, batch(q), batch(k), batch(v), options);
+  ops::attention_backward(ctx, gq, gk, gv, batch(dout), batch(q), batch(k), batch(v), o, st, options);
+  EXPECT_LE(max_abs_diff(to_doubles(ctx, out), to_doubles(ctx, o)), 1e-12);
+  EXPECT_LE(max_abs_diff(to_doubles(ctx, dq), to_doubles(ctx, gq)), 1e-12);
+  EXPECT_LE(max_abs_diff(to_doubles(ctx, dk), to_doubles(ctx, gk)), 1e-12);
+  EXPECT_LE(max_abs_diff(to_doubles(ctx, dv), to_doubles(ctx, gv)), 1e-12);
+  // Dropout did act: without it the outputs differ.
+  Tensor plain = ctx.empty(q.shape(), DType::F64);
+  ops::attention_forward_varlen(ctx, plain, stats, q, k, v, cu, cu, AttentionOptions{.causal = true});
+  EXPECT_GT(max_abs_diff(to_doubles(ctx, plain), to_doubles(ctx, out)), 1e-3);
+}
+
+// Documents inside samples, independently of the op's addressing: plain loops over the document mask with the
+// factors of the whole batch's P (attention_dropout_factors of the dense [B, heads, S, S] call, query row = the
+// token's position in its sample).
+TEST(AttentionVarlen, DropoutForwardEqualsLoopsOverTheWholeBatchMasks) {
+  Context& ctx = cpu_context();
+  const int64_t S = 13, H = 4, G = 2, D = 6;
+  const std::vector<int64_t> cu = {0, 5, 6, 13, 13, 20, 26};  // sample 0: 5 + 1 + 7 tokens; sample 1: 7 + 6
+  const int64_t T = cu.back();
+  const ops::AttentionDropout dropout = by_index(0.25f, S);
+  const Tensor q = random_tensor({T, H, D}, DType::F64, "loops_q"), k = random_tensor({T, G, D}, DType::F64, "loops_k"),
+               v = random_tensor({T, G, D}, DType::F64, "loops_v");
+  Tensor out = ctx.empty({T, H, D}, DType::F64), stats = ctx.empty({H, T}, DType::F32);
+  ops::attention_forward_varlen(ctx, out, stats, q, k, v, host_offsets(cu), host_offsets(cu),
+                                AttentionOptions{.causal = true, .dropout = dropout});
+  auto document = [&](int64_t t) { return std::upper_bound(cu.begin(), cu.end(), t) - cu.begin(); };
+  const double scale = double(float(1.0 / std::sqrt(double(D))));
+  std::vector<double> factor(static_cast<size_t>(S));
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / G), b = i / S;
+      ops::attention_dropout_factors(dropout, H, S, b, h, i % S, S, factor.data());
+      std::vector<double> w(size_t(T), 0.0);
+      double m = -INFINITY, sum = 0;
+      auto visible = [&](int64_t j) { return j <= i && document(j) == document(i); };
+      for (int64_t j = 0; j < T; ++j) {
+        if (!visible(j)) continue;
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += q.data<double>()[(i * H + h) * D + d] * k.data<double>()[(j * G + g) * D + d];
+        m = std::max(m, w[size_t(j)] = scale * dot);
+      }
+      for (int64_t j = 0; j < T; ++j) sum += visible(j) ? (w[size_t(j)] = std::exp(w[size_t(j)] - m)) : 0.0;
+      for (int64_t j = 0; j < T; ++j) {
+        w[size_t(j)] = visible(j) ? w[size_t(j)] / sum * factor[size_t(j % S)] : 0.0;
+        dropped += visible(j) && factor[size_t(j % S)] == 0.0;
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        double o = 0;
+        for (int64_t j = 0; j < T; ++j) o += w[size_t(j)] * v.data<double>()[(j * G + g) * D + d];
+        ASSERT_NEAR(out.data<double>()[(i * H + h) * D + d], o, 1e-12) << "token " << i << " head " << h;
+      }
+      ASSERT_NEAR(stats.data<float>()[h * T + i], m + std::log(sum), 1e-5);  // the undropped statistics
+    }
+  EXPECT_GT(dropped, 0);
+}
+
+TEST(AttentionVarlen, DropoutRefusesDocumentsAcrossSamplesAndOtherAddressing) {
+  Context& ctx = cpu_context();
+  const Tensor q = random_tensor({8, 2, 4}, DType::F32, "drop_q"), k = random_tensor({8, 2, 4}, DType::F32, "drop_k");
+  Tensor out = ctx.empty(q.shape(), DType::F32), stats = ctx.empty({2, 8}, DType::F32);
+  auto run = [&](const ops::AttentionDropout& d, std::vector<int64_t> cu) {
+    ops::attention_forward_varlen(ctx, out, stats, q, k, k, host_offsets(cu), host_offsets(cu),
+                                  AttentionOptions{.causal = true, .dropout = d});
+  };
+  expect_error([&] { run(by_index(0.1f, 4), {0, 3, 6, 8}); },
+               {"attention_forward_varlen", "sequence 1", "query rows [3, 6)", "inside one of P's sequences of 4"});
+  expect_error([&] { run(by_index(0.1f, 0), {0, 4, 8}); }, {"attention_forward_varlen", "needs dropout.seq"});
+  ops::AttentionDropout with_runs = by_index(0.1f, 4);
+  with_runs.queries = {{0, 0, 8}};
+  expect_error([&] { run(with_runs, {0, 4, 8}); }, {"attention_forward_varlen", "leave dropout.queries"});
+  run(by_index(0.1f, 4), {0, 1, 4, 4, 8});  // documents of 1 and 3 tokens, an empty one, a whole sample: fine
+}
+
+GradCase varlen_dropout_grad_case() {
+  GradCase c = varlen_grad_case("self_causal_dropout", 2, 1, 3, {0, 4, 5, 9}, {0, 4, 5, 9}, true);
+  c.name = "self_causal_dropout_samples_of_5";
+  const Shape qs{9, 2, 3}, ks{9, 1, 3};
+  const AttentionOptions options{.causal = true, .dropout = by_index(0.3f, 5)};
+  const std::vector<int64_t> cu = {0, 4, 5, 9};
+  c.forward = [=](Context& ctx, const std::vector<Tensor>& in) {
+    Tensor out = ctx.empty(qs, DType::F64), stats = ctx.empty({2, 9}, DType::F32);
+    ops::attention_forward_varlen(ctx, out, stats, in[0], in[1], in[2], host_offsets(cu), host_offsets(cu), options);
+    return std::vector<Tensor>{out};
+  };
+  c.backward = [=](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& grad_out) {
+    Tensor out = ctx.empty(qs, DType::F64), stats = ctx.empty({2, 9}, DType::F32);
+    const Tensor o = host_offsets(cu);
+    ops::attention_forward_varlen(ctx, out, stats, in[0], in[1], in[2], o, o, options);
+    Tensor dq = ctx.empty(qs, DType::F64), dk = ctx.empty(ks, DType::F64), dv = ctx.empty(ks, DType::F64);
+    ops::attention_backward_varlen(ctx, dq, dk, dv, grad_out[0], in[0], in[1], in[2], out, stats, o, o, options);
+    return std::vector<Tensor>{dq, dk, dv};
+  };
+  return c;
+}
+
 std::vector<GradCase> grad_cases() {
   return {varlen_grad_case("self_causal_3_documents", 2, 1, 3, {0, 4, 5, 9}, {0, 4, 5, 9}, true),
           varlen_grad_case("gqa_causal_with_empty", 4, 2, 2, {0, 3, 3, 7}, {0, 3, 3, 7}, true),
           varlen_grad_case("more_keys_causal", 2, 2, 3, {0, 2, 5}, {0, 4, 9}, true),
-          varlen_grad_case("full", 2, 1, 4, {0, 3, 4}, {0, 2, 6}, false)};
+          varlen_grad_case("full", 2, 1, 4, {0, 3, 4}, {0, 2, 6}, false), varlen_dropout_grad_case()};
 }
 MEGATRON_GRAD_CASES(AttentionVarlen, grad_cases);
 
@@ -285,6 +411,77 @@ TEST_P(AttentionVarlenGpu, CudaMatchesCpu) {
 }
 INSTANTIATE_TEST_SUITE_P(Ops, AttentionVarlenGpu, ::testing::ValuesIn(varlen_gpu_cases()),
                          [](const auto& info) { return gtest_name(info.param.name); });
+
+// cuDNN's own generator over packed documents (two samples of 128 tokens: documents of 40 and 88, then one of
+// 128). With V one-hot over each document's positions (D = 128 >= every document) the output row of a query is
+// its row of P o M / (1 - p), so the mask is read off the forward: the visible probabilities drop at rate p
+// (within five standard deviations of n / 4 draws, as for dense attention: cuDNN's masks repeat within blocks of
+// rows), kept ones are the undropped run's times 1 / (1 - p), the same call repeats its bits, and the backward
+// applies the forward's mask: dV = (P o M / (1 - p))^T dO, summed over each group's heads, from the read-off mask.
+TEST(AttentionVarlenDropoutGpu, DeviceDropoutDropsAtTheRateAndTheBackwardUsesTheForwardsMask) {
+  MEGATRON_REQUIRE_GPU();
+  Context& gpu = cuda_context();
+  const int64_t S = 128, H = 4, G = 2, D = 128;
+  const std::vector<int64_t> cu = {0, 40, 128, 256};
+  const int64_t T = cu.back();
+  auto start_of = [&](int64_t t) { return *(std::upper_bound(cu.begin(), cu.end(), t) - 1); };
+  auto upload = [&](const Tensor& host) { return to_device(gpu, host, gpu.device(), cpu_context().allocator()); };
+  Tensor one_hot = cpu_context().empty({T, G, D}, DType::BF16);
+  {
+    Tensor f64 = cpu_context().empty({T, G, D}, DType::F64);
+    std::fill_n(f64.data<double>(), f64.numel(), 0.0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t g = 0; g < G; ++g) f64.data<double>()[(t * G + g) * D + (t - start_of(t))] = 1.0;
+    ops::cast(cpu_context(), one_hot, f64);
+  }
+  const Tensor q = upload(random_tensor({T, H, D}, DType::BF16, "gpu_drop_q")),
+               k = upload(random_tensor({T, G, D}, DType::BF16, "gpu_drop_k")), v = upload(one_hot),
+               dout = upload(random_tensor({T, H, D}, DType::BF16, "gpu_drop_do"));
+  const Tensor cu_host = host_offsets(cu);
+  struct Run {
+    std::vector<double> out, dv;
+  };
+  auto run = [&](const ops::AttentionDropout& dropout) {
+    const AttentionOptions options{.causal = true, .dropout = dropout};
+    Tensor out = gpu.empty({T, H, D}, DType::BF16), stats = gpu.empty({H, T}, DType::F32);
+    Tensor dq = gpu.empty({T, H, D}, DType::BF16), dk = gpu.empty({T, G, D}, DType::BF16), dv = gpu.empty({T, G, D}, DType::BF16);
+    ops::attention_forward_varlen(gpu, out, stats, q, k, v, cu_host, cu_host, options);
+    ops::attention_backward_varlen(gpu, dq, dk, dv, dout, q, k, v, out, stats, cu_host, cu_host, options);
+    return Run{to_doubles(gpu, out), to_doubles(gpu, dv)};
+  };
+  const std::vector<double> d_out = to_doubles(gpu, dout);
+  const Run plain = run({});
+  for (float prob : {0.1f, 0.5f}) {
+    SCOPED_TRACE(str_cat("p = ", prob));
+    const ops::AttentionDropout dropout{.p = prob, .seed = 11, .offset = 3, .seq = S};
+    const Run dropped = run(dropout);
+    const double scale = 1.0 / (1.0 - double(prob));
+    auto at = [&](int64_t i, int64_t h, int64_t c) { return size_t((i * H + h) * D + c); };
+    int64_t visible = 0, zeros = 0;
+    std::vector<double> dv_want(size_t(T * G * D), 0.0);
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = start_of(i); j <= i; ++j) {
+          const size_t e = at(i, h, j - start_of(i));
+          ++visible;
+          if (dropped.out[e] == 0.0) ++zeros;
+          else EXPECT_NEAR(dropped.out[e], plain.out[e] * scale, 2e-2 * plain.out[e] * scale) << i << " " << h << " " << j;
+          for (int64_t c = 0; c < D; ++c)
+            dv_want[size_t((j * G + h / (H / G)) * D + c)] += dropped.out[e] * d_out[at(i, h, c)];
+        }
+    const double n = double(visible) / 4, sigma = std::sqrt(double(prob) * (1.0 - prob) / n);
+    EXPECT_NEAR(double(zeros) / double(visible), double(prob), 5 * sigma) << zeros << " of " << visible;
+    EXPECT_LE(nmse(dropped.dv, dv_want), 2e-4);
+    EXPECT_EQ(run(dropout).out, dropped.out);
+  }
+  // By-index masks have no path over ragged sequences on CUDA.
+  const ops::AttentionDropout by_index_masks{.p = 0.1f, .masks = ops::DropoutMasks::ByIndex, .seq = S};
+  Tensor out = gpu.empty({T, H, D}, DType::BF16), stats = gpu.empty({H, T}, DType::F32);
+  expect_error([&] {
+    ops::attention_forward_varlen(gpu, out, stats, q, k, v, cu_host, cu_host,
+                                  AttentionOptions{.causal = true, .dropout = by_index_masks});
+  }, {"attention_forward_varlen", "by-index dropout masks over packed sequences are not supported on CUDA"});
+}
 
 }  // namespace
 }  // namespace megatron::testing

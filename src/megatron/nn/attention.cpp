@@ -154,11 +154,12 @@ AttentionSaved SelfAttention::forward(Context& ctx, const Tensor& out, const Ten
   saved.out = ctx.empty({b, s, n_, d_}, dt);
   saved.cu_seqlens = cu_seqlens;
   saved.options = core_options(dropout_offset, s);
-  // Attention dropout's masks are addressed by position in the whole [b, heads, s, s] score tensor; the packed
-  // (per-document) cores do not draw them.
-  MEGATRON_CHECK(!cu_seqlens.defined() || !saved.options.dropout.enabled(),
-                 "attention dropout with packed documents (--reset-attention-mask, --sft) is not supported yet: "
-                 "pass --attention-dropout 0");
+  // Attention dropout's masks are addressed by position in the whole [b, heads, s, s] score tensor: the packed
+  // (per-document) core draws each document's from its place in it (attention_varlen.h); the context-parallel
+  // packed core does not draw them.
+  MEGATRON_CHECK(!cu_seqlens.defined() || !saved.options.dropout.enabled() || !cp_.enabled(),
+                 "attention dropout with packed documents (--reset-attention-mask, --sft) under context parallelism "
+                 "is not supported yet: pass --attention-dropout 0, or run packed documents without CP");
   // Under CP the core makes its own statistics; packed documents keep them as [n, b * s].
   if (!cp_.enabled()) saved.stats = ctx.empty(cu_seqlens.defined() ? Shape{n_, b * s} : Shape{b, n_, s, 1}, DType::F32);
   if (packed() && !cu_seqlens.defined()) {  // MHA without RoPE: q, k, v read inside the fused projection's output

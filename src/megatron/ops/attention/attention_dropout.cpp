@@ -95,6 +95,7 @@ std::string attention_dropout_violation(const AttentionDropout& d, int64_t H, in
   if (!d.enabled()) return "";
   if (!(d.p < 1.0f)) return str_cat("the dropout probability ", d.p, " must be in [0, 1)");
   const int64_t heads = d.heads > 0 ? d.heads : H, seq = d.seq > 0 ? d.seq : Skv;
+  if (d.batch_offset < 0) return str_cat("its batch offset ", d.batch_offset, " must be >= 0");
   if (d.head_offset < 0 || d.head_offset + H > heads)
     return str_cat("its ", H, " heads from head ", d.head_offset, " exceed P's ", heads, " heads");
   std::string v = runs_violation("queries", d.queries, Sq, seq);
@@ -104,7 +105,8 @@ std::string attention_dropout_violation(const AttentionDropout& d, int64_t H, in
 void attention_dropout_factors(const AttentionDropout& d, int64_t H, int64_t Skv, int64_t b, int64_t h,
                                int64_t query_row, int64_t keys, double* factor) {
   const int64_t heads = d.heads > 0 ? d.heads : H, seq = d.seq > 0 ? d.seq : Skv;
-  const uint64_t row = uint64_t(((b * heads + d.head_offset + h) * seq + position_of(d.queries, query_row)) * seq);
+  const uint64_t row =
+      uint64_t((((d.batch_offset + b) * heads + d.head_offset + h) * seq + position_of(d.queries, query_row)) * seq);
   const double scale = 1.0 / (1.0 - double(d.p));
   if (d.keys.empty()) {
     fill_factors(d.seed, d.offset, row, keys, d.p, scale, factor);
@@ -119,7 +121,7 @@ void attention_dropout_factors(const AttentionDropout& d, int64_t H, int64_t Skv
 
 uint64_t attention_dropout_device_seed(const AttentionDropout& d) {
   uint64_t h = mix(mix(mix(0, d.seed), d.offset), uint64_t(d.heads));
-  h = mix(mix(h, uint64_t(d.head_offset)), uint64_t(d.seq));
+  h = mix(mix(mix(h, uint64_t(d.batch_offset)), uint64_t(d.head_offset)), uint64_t(d.seq));
   return mix_runs(mix_runs(h, d.queries), d.keys);
 }
 

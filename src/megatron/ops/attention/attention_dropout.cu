@@ -23,7 +23,7 @@ namespace {
 
 struct MaskParams {
   const int64_t* positions;  // [Sq] query positions, then [Skv] key positions, in P
-  int64_t H, Sq, Skv, heads, head_offset, seq;
+  int64_t H, Sq, Skv, heads, batch_offset, head_offset, seq;
   uint64_t seed, offset;
   float p;
   bool causal;
@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(256) dropout_mask_kernel(T* mask, MaskParams m
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < quads; t += stride) {
     const int64_t row = t / quads_per_row;  // (b * H + h) * Sq + i
     const int64_t j0 = (t - row * quads_per_row) * 4;
-    const int64_t i = row % m.Sq, bh = row / m.Sq, h = bh % m.H, b = bh / m.H;
+    const int64_t i = row % m.Sq, bh = row / m.Sq, h = bh % m.H, b = m.batch_offset + bh / m.H;
     const uint64_t base = uint64_t(((b * m.heads + m.head_offset + h) * m.seq + m.positions[i]) * m.seq);
     const int64_t visible = m.causal ? min(m.Skv, i + (m.Skv - m.Sq) + 1) : m.Skv;
     const int64_t* key_positions = m.positions + m.Sq;
@@ -68,7 +68,7 @@ void attention_dropout_mask(Context& ctx, const Tensor& mask, const AttentionDro
   for (int64_t j = 0; j < Skv; ++j) host[size_t(Sq + j)] = position_of(d.keys, j);
   Tensor positions = ctx.empty({Sq + Skv}, DType::I64);
   copy_tensor(ctx, positions, Tensor::from_blob(host.data(), {Sq + Skv}, DType::I64, Device::cpu()));
-  const MaskParams m{positions.data<int64_t>(), H, Sq, Skv, d.heads > 0 ? d.heads : H, d.head_offset,
+  const MaskParams m{positions.data<int64_t>(), H, Sq, Skv, d.heads > 0 ? d.heads : H, d.batch_offset, d.head_offset,
                      d.seq > 0 ? d.seq : Skv, d.seed, d.offset, d.p, causal};
   const int64_t quads_per_row = (Skv + 3) / 4, quads = B * H * Sq * quads_per_row;
   const unsigned grid = unsigned(std::min<int64_t>((quads + 255) / 256, int64_t(1) << 20));

@@ -9,7 +9,9 @@
 // torch.nn.Dropout does on Megatron's softmax output. Dropped ones are exactly 0.
 //
 // An attention call computes a part of P -- a tensor-parallel rank's heads, a context-parallel rank's query and
-// key positions, one block of ring attention -- and says where its rows and columns sit in P:
+// key positions, one block of ring attention, one packed document -- and says where its rows and columns sit
+// in P:
+//   batch_offset P's sequence of the call's batch row 0 (a call's batch rows are consecutive sequences of P);
 //   head_offset  P's head of the call's head 0 (a call's heads are consecutive heads of P);
 //   queries      runs of the call's query rows that sit at consecutive positions of P (empty: row r is position r);
 //   keys         the same for the call's key rows.
@@ -53,6 +55,7 @@ struct AttentionDropout {
   DropoutMasks masks = DropoutMasks::Device;
   uint64_t seed = 0, offset = 0;    // the Philox stream of this call site and micro-batch
   int64_t heads = 0;                // P's heads (0: the call's own head count)
+  int64_t batch_offset = 0;
   int64_t head_offset = 0;
   int64_t seq = 0;                  // P's sequence length (0: the call's own key count)
   std::vector<PositionRun> queries, keys;
@@ -76,8 +79,8 @@ std::string attention_dropout_violation(const AttentionDropout& dropout, int64_t
 void attention_dropout_factors(const AttentionDropout& dropout, int64_t H, int64_t Skv, int64_t b, int64_t h,
                                int64_t query_row, int64_t keys, double* factor);
 
-// The key of the Device generator's stream: a hash of seed, offset, heads, head_offset, seq and the query and key
-// runs (two calls share it only when they address the same part of P).
+// The key of the Device generator's stream: a hash of seed, offset, heads, batch_offset, head_offset, seq and the
+// query and key runs (two calls share it only when they address the same part of P).
 uint64_t attention_dropout_device_seed(const AttentionDropout& dropout);
 
 // Writes M: mask [B, H, Sq, Skv] (F32, BF16 or F16) = 1 where the by-index addressing keeps the probability of

@@ -3,6 +3,7 @@
 // with ragged offsets (cudnn_sdpa.cpp).
 #include "megatron/ops/attention/attention_varlen.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <span>
@@ -29,15 +30,43 @@ struct SequenceRows {
 
 std::span<const int64_t> offsets(const Tensor& cu) { return {cu.data<int64_t>(), size_t(cu.numel())}; }
 
+// Dropout's addressing of packed rows (attention_varlen.h): every sequence inside one of P's sequences.
+void check_dropout_layout(OpCheck& check, const AttentionDropout& d, const std::vector<SequenceRows>& rows) {
+  if (!d.enabled()) return;
+  check.that(d.p < 1.0f, "the dropout probability ", d.p, " must be in [0, 1)");
+  check.that(d.seq > 0, "dropout over packed sequences needs dropout.seq, the length of P's sequences, got ", d.seq);
+  check.that(d.queries.empty() && d.keys.empty() && d.batch_offset == 0, "dropout over packed sequences addresses "
+             "rows by their index (row r is position r % seq of sequence r / seq): leave dropout.queries, keys and "
+             "batch_offset empty");
+  if (d.seq <= 0) return;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SequenceRows& r = rows[i];
+    if (r.q1 == r.q0) continue;
+    const int64_t b = r.q0 / d.seq;
+    check.that((r.q1 - 1) / d.seq == b && r.k0 / d.seq == b && (r.k1 - 1) / d.seq == b, "with dropout, sequence ", i,
+               " (query rows [", r.q0, ", ", r.q1, "), key rows [", r.k0, ", ", r.k1, ")) must lie inside one of P's ",
+               "sequences of ", d.seq, " rows");
+  }
+}
+
+// The dropout addressing of one packed sequence's call (a batch of one), placed where its rows sit in P.
+AttentionDropout sequence_dropout(const AttentionDropout& d, const SequenceRows& r) {
+  if (!d.enabled()) return AttentionDropout{};
+  AttentionDropout s = d;
+  s.batch_offset = r.q0 / d.seq;
+  s.queries = {{0, r.q0 % d.seq, r.q1 - r.q0}};
+  s.keys = {{0, r.k0 % d.seq, r.k1 - r.k0}};
+  return s;
+}
+
 // Validates the packed problem and returns its sequences.
-std::vector<SequenceRows> check_varlen(OpCheck& check, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& cu_q, const Tensor& cu_kv, const AttentionOptions& options) {
+std::vector<SequenceRows> check_varlen(OpCheck& check, const Context& ctx, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const Tensor& cu_q, const Tensor& cu_kv,
+                                       const AttentionOptions& options) {
   check.rank("q", q, 3).rank("k", k, 3).shape("v", v, k.shape());
   check.that(k.dim(2) == q.dim(2) && k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0, "k ", k.describe(),
              " must be [Tkv, G, D] with the head dimension of q ", q.describe(), " = [Tq, H, D] and H % G == 0");
   check.dtype_in("q", q, {F64, F32, BF16, F16}).same_dtype({{"q", q}, {"k", k}, {"v", v}});
-  check.that(!options.dropout.enabled(), "attention dropout over packed sequences is not supported (its masks are "
-             "addressed in the whole [b, heads, s, s] score tensor)");
   for (const Tensor* cu : {&cu_q, &cu_kv})
     check.that(cu->defined() && cu->device().is_cpu() && cu->dtype() == I64 && cu->rank() == 1 && cu->numel() >= 1,
                "cu_seqlens must be host i64[N + 1] tensors, got ", cu->describe());
@@ -58,8 +87,19 @@ std::vector<SequenceRows> check_varlen(OpCheck& check, const Tensor& q, const Te
     rows.push_back(r);
   }
   check.that(std::isfinite(options.scale), "options.scale must be finite, got ", options.scale);
+  check_dropout_layout(check, options.dropout, rows);
+  if (ctx.is_cuda() && options.dropout.enabled()) {
+    check.that(options.dropout.masks != DropoutMasks::ByIndex, "by-index dropout masks over packed sequences are not "
+               "supported on CUDA (cuDNN's ragged layout takes no custom mask here): use the device generator "
+               "(--attention-dropout-masks device)");
+    const bool self = std::all_of(rows.begin(), rows.end(),
+                                  [](const SequenceRows& r) { return r.q1 - r.q0 == r.k1 - r.k0; });
+    check.that(!options.causal || self, "causal dropout over packed sequences with fewer queries than keys "
+               "(bottom-right alignment) has no cuDNN path, as for dense attention");
+  }
   return rows;
 }
+
 
 // One sequence's rows of a [T, heads, D] tensor as a [1, L, heads, D] batch.
 Tensor rows_of(const Tensor& t, int64_t begin, int64_t end) {
@@ -80,21 +120,22 @@ void stats_columns(const Tensor& stats, std::vector<float>& buffer, int64_t q0, 
 }
 
 void forward_on_cpu(const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const std::vector<SequenceRows>& rows, bool causal, double scale) {
+                    const std::vector<SequenceRows>& rows, bool causal, double scale, const AttentionDropout& dropout) {
   std::vector<float> buffer;
   for (const SequenceRows& r : rows) {
     if (r.q1 == r.q0) continue;
     buffer.assign(size_t(q.dim(1) * (r.q1 - r.q0)), 0.0f);
     const Tensor own = Tensor::from_blob(buffer.data(), {1, q.dim(1), r.q1 - r.q0, 1}, F32, Device::cpu());
     cpu::attention_forward(rows_of(out, r.q0, r.q1), own, rows_of(q, r.q0, r.q1), rows_of(k, r.k0, r.k1),
-                           rows_of(v, r.k0, r.k1), causal, scale, AttentionDropout{});
+                           rows_of(v, r.k0, r.k1), causal, scale, sequence_dropout(dropout, r));
     stats_columns(stats, buffer, r.q0, r.q1, /*to_stats=*/true);
   }
 }
 
 void backward_on_cpu(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                      const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& stats,
-                     const std::vector<SequenceRows>& rows, bool causal, double scale) {
+                     const std::vector<SequenceRows>& rows, bool causal, double scale,
+                     const AttentionDropout& dropout) {
   std::vector<float> buffer;
   for (const SequenceRows& r : rows) {
     if (r.q1 == r.q0) {  // keys that no query sees
@@ -109,7 +150,7 @@ void backward_on_cpu(const Tensor& dq, const Tensor& dk, const Tensor& dv, const
     cpu::attention_backward(rows_of(dq, r.q0, r.q1), rows_of(dk, r.k0, r.k1), rows_of(dv, r.k0, r.k1),
                             rows_of(dout, r.q0, r.q1), rows_of(q, r.q0, r.q1), rows_of(k, r.k0, r.k1),
                             rows_of(v, r.k0, r.k1), rows_of(out, r.q0, r.q1), own, causal, scale,
-                            AttentionDropout{});
+                            sequence_dropout(dropout, r));
   }
 }
 
@@ -120,14 +161,14 @@ void attention_forward_varlen(Context& ctx, const Tensor& out, const Tensor& sta
                               const AttentionOptions& options) {
   OpCheck check("attention_forward_varlen");
   check.device(ctx, {{"out", out}, {"stats", stats}, {"q", q}, {"k", k}, {"v", v}});
-  const std::vector<SequenceRows> rows = check_varlen(check, q, k, v, cu_seqlens_q, cu_seqlens_kv, options);
+  const std::vector<SequenceRows> rows = check_varlen(check, ctx, q, k, v, cu_seqlens_q, cu_seqlens_kv, options);
   check.shape("out", out, q.shape()).same_dtype({{"q", q}, {"out", out}});
   check.shape("stats", stats, Shape{q.dim(1), q.dim(0)}).dtype("stats", stats, F32);
   const float scale = attention_scale(options, q.dim(2));
   MEGATRON_DISPATCH(ctx,
                     cuda::attention_forward_varlen(ctx, out, stats, q, k, v, cu_seqlens_q, cu_seqlens_kv,
-                                                   options.causal, scale),
-                    forward_on_cpu(out, stats, q, k, v, rows, options.causal, scale));
+                                                   options.causal, scale, options.dropout),
+                    forward_on_cpu(out, stats, q, k, v, rows, options.causal, scale, options.dropout));
 }
 
 void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
@@ -137,7 +178,7 @@ void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk,
   OpCheck check("attention_backward_varlen");
   check.device(ctx, {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dout", dout}, {"q", q}, {"k", k}, {"v", v}, {"out", out},
                      {"stats", stats}});
-  const std::vector<SequenceRows> rows = check_varlen(check, q, k, v, cu_seqlens_q, cu_seqlens_kv, options);
+  const std::vector<SequenceRows> rows = check_varlen(check, ctx, q, k, v, cu_seqlens_q, cu_seqlens_kv, options);
   check.shape("out", out, q.shape()).shape("dout", dout, q.shape()).shape("dq", dq, q.shape());
   check.shape("dk", dk, k.shape()).shape("dv", dv, k.shape());
   check.same_dtype({{"q", q}, {"out", out}, {"dout", dout}, {"dq", dq}, {"dk", dk}, {"dv", dv}});
@@ -145,8 +186,10 @@ void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk,
   const float scale = attention_scale(options, q.dim(2));
   MEGATRON_DISPATCH(ctx,
                     cuda::attention_backward_varlen(ctx, dq, dk, dv, dout, q, k, v, out, stats, cu_seqlens_q,
-                                                    cu_seqlens_kv, options.causal, scale, options.deterministic),
-                    backward_on_cpu(dq, dk, dv, dout, q, k, v, out, stats, rows, options.causal, scale));
+                                                    cu_seqlens_kv, options.causal, scale, options.deterministic,
+                                                    options.dropout),
+                    backward_on_cpu(dq, dk, dv, dout, q, k, v, out, stats, rows, options.causal, scale,
+                                    options.dropout));
 }
 
 double attention_varlen_pairs(const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv, bool causal) {

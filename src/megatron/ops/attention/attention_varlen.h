@@ -14,9 +14,16 @@
 // Lq == Lkv), which needs Lkv >= Lq; a sequence with queries needs keys. No score across sequences is computed.
 // Forward assigns out and stats; backward assigns dq, dk, dv (keys no query sees get zero).
 //
+// Dropout (options.dropout, attention_dropout.h): the packed rows are the micro-batch [B, seq] flattened, seq =
+// dropout.seq (> 0): row r of q and of k/v is position r % seq of P's sequence r / seq, and every sequence's
+// queries and keys lie inside one of P's sequences (the documents of a sample; dropout.queries, keys and
+// batch_offset must be left empty / 0). Each sequence then draws the masks its rows have in P -- what dense
+// attention over the whole [B, seq] batch draws for those scores: by index on the CPU; on CUDA with cuDNN's
+// Philox (DropoutMasks::Device, one stream per call). ByIndex masks over packed sequences are refused on CUDA.
+//
 // Devices: CPU (the reference; F64, F32, BF16, F16, precision as attention.h). CUDA: BF16 and F16 through cuDNN's
 // fused attention with ragged offsets (cudnn_sdpa.cpp; attention.h's limits on the head dimension and alignment;
-// deterministic selects cuDNN's deterministic backward). Dropout is refused on both.
+// deterministic selects cuDNN's deterministic backward).
 #pragma once
 
 #include "megatron/ops/attention/attention.h"

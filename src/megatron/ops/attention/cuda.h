@@ -29,13 +29,14 @@ void attention_dropout_mask(Context& ctx, const Tensor& mask, const AttentionDro
 
 // Packed (THD) sequences (attention_varlen.h): q/out/dq/dout [Tq, H, D], k/v/dk/dv [Tkv, G, D], stats [H, Tq],
 // cu_seqlens host i64 [N + 1]; BF16/F16 through cuDNN's fused attention with ragged offsets (cudnn_sdpa.cpp).
+// Dropout: cuDNN's Philox only (the caller refuses ByIndex masks here).
 void attention_forward_varlen(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k,
                               const Tensor& v, const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv, bool causal,
-                              float scale);
+                              float scale, const AttentionDropout& dropout);
 void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                const Tensor& stats, const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv,
-                               bool causal, float scale, bool deterministic);
+                               bool causal, float scale, bool deterministic, const AttentionDropout& dropout);
 
 // Forward and backward for a single key (Skv == 1, any Sq; causal then means Sq == 1 too, so the mask is
 // irrelevant), BF16/F16; deterministic.

@@ -325,8 +325,13 @@ struct VarlenProblem {
   DType dtype;
   bool causal, self;  // self: every sequence has as many keys as queries (top-left causal alignment)
   float scale;
+  float dropout_p = 0.0f;  // cuDNN's Philox (no by-index masks over ragged sequences)
 
-  Problem as_problem() const { return {N, Sq, Skv, H, G, D, dtype, causal, scale}; }
+  Problem as_problem() const {
+    Problem p{N, Sq, Skv, H, G, D, dtype, causal, scale};
+    p.dropout_p = dropout_p;
+    return p;
+  }
   std::string key(const char* direction, bool deterministic) const {
     return str_cat(as_problem().key(direction, deterministic), ":varlen:", int(self));
   }
@@ -382,7 +387,7 @@ RaggedIndex ragged_index(Context& ctx, const VarlenProblem& p, const Tensor& cu_
 }
 
 VarlenProblem varlen_problem(const Tensor& q, const Tensor& k, const Tensor& cu_q, const Tensor& cu_kv, bool causal,
-                             float scale) {
+                             float scale, const AttentionDropout& dropout) {
   const int64_t n = cu_q.numel() - 1;
   const int64_t* oq = cu_q.data<int64_t>();
   const int64_t* ok = cu_kv.data<int64_t>();
@@ -393,8 +398,19 @@ VarlenProblem varlen_problem(const Tensor& q, const Tensor& k, const Tensor& cu_
     longest_kv = std::max(longest_kv, ok[i + 1] - ok[i]);
     self = self && oq[i + 1] - oq[i] == ok[i + 1] - ok[i];
   }
-  return {power_of_two_at_least(std::max<int64_t>(n, 1), 1), power_of_two_at_least(longest_q, 64),
-          power_of_two_at_least(longest_kv, 64), q.dim(1), k.dim(1), q.dim(2), q.dtype(), causal, self, scale};
+  MEGATRON_CHECK(!dropout.enabled() || dropout.masks == DropoutMasks::Device,
+                 "attention_varlen on CUDA: by-index dropout masks are not supported over packed sequences");
+  return {power_of_two_at_least(std::max<int64_t>(n, 1), 1),
+          power_of_two_at_least(longest_q, 64),
+          power_of_two_at_least(longest_kv, 64),
+          q.dim(1),
+          k.dim(1),
+          q.dim(2),
+          q.dtype(),
+          causal,
+          self,
+          scale,
+          dropout.enabled() ? dropout.p : 0.0f};
 }
 
 struct RaggedTensors {
@@ -453,6 +469,7 @@ SdpaPlan build_varlen_forward(Context& ctx, const VarlenProblem& p) {
   auto options =
       fe::graph::SDPA_attributes().set_name("attention_forward_varlen").set_generate_stats(true).set_attn_scale(p.scale);
   set_varlen_masks(options, p, r);
+  set_dropout(options, shape, dropout_inputs(*graph, shape));
   auto [O, Stats] = graph->sdpa(Q, K, V, options);
   set_bshd_output(*O, kO, p.N, p.H, p.Sq, p.D);
   O->set_ragged_offset(r.offset_q);
@@ -476,6 +493,7 @@ SdpaPlan build_varlen_backward(Context& ctx, const VarlenProblem& p, bool determ
                      .set_attn_scale(p.scale)
                      .set_deterministic_algorithm(deterministic);
   set_varlen_masks(options, p, r);
+  set_dropout(options, shape, dropout_inputs(*graph, shape));
   auto [dQ, dK, dV] = graph->sdpa_backward(Q, K, V, O, dO, Stats, options);
   set_bshd_output(*dQ, kdQ, p.N, p.H, p.Sq, p.D);
   set_bshd_output(*dK, kdK, p.N, p.G, p.Skv, p.D);
@@ -568,9 +586,9 @@ void attention_backward_packed(Context& ctx, const Tensor& dqkv, const Tensor& d
 
 void attention_forward_varlen(Context& ctx, const Tensor& out, const Tensor& stats, const Tensor& q, const Tensor& k,
                               const Tensor& v, const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv, bool causal,
-                              float scale) {
+                              float scale, const AttentionDropout& dropout) {
   if (q.dim(0) == 0) return;
-  const VarlenProblem p = varlen_problem(q, k, cu_seqlens_q, cu_seqlens_kv, causal, scale);
+  const VarlenProblem p = varlen_problem(q, k, cu_seqlens_q, cu_seqlens_kv, causal, scale, dropout);
   check_cudnn_limits("attention_forward_varlen", p.as_problem(), {{"out", out}, {"q", q}, {"k", k}, {"v", v}});
   const RaggedIndex index = ragged_index(ctx, p, cu_seqlens_q, cu_seqlens_kv);
   Tensor token_major = ctx.empty({q.dim(0), p.H}, DType::F32);
@@ -578,6 +596,7 @@ void attention_forward_varlen(Context& ctx, const Tensor& out, const Tensor& sta
   std::unordered_map<int64_t, void*> pack = {{kQ, q.data_ptr()}, {kK, k.data_ptr()}, {kV, v.data_ptr()},
                                              {kO, out.data_ptr()}, {kStats, token_major.data_ptr()}};
   add_ragged(pack, index);
+  const DropoutBuffers buffers = bind_dropout(ctx, p.as_problem(), dropout, pack);
   execute(ctx, plan, pack, "attention_forward_varlen", p.as_problem());
   ops::transpose(ctx, stats, token_major);
 }
@@ -585,7 +604,7 @@ void attention_forward_varlen(Context& ctx, const Tensor& out, const Tensor& sta
 void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                const Tensor& stats, const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_kv,
-                               bool causal, float scale, bool deterministic) {
+                               bool causal, float scale, bool deterministic, const AttentionDropout& dropout) {
   // Keys of sequences without queries get no gradient from cuDNN's windows: zero them all first.
   const int64_t n = cu_seqlens_q.numel() - 1;
   const int64_t* oq = cu_seqlens_q.data<int64_t>();
@@ -597,7 +616,7 @@ void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk,
       break;
     }
   if (q.dim(0) == 0) return;
-  const VarlenProblem p = varlen_problem(q, k, cu_seqlens_q, cu_seqlens_kv, causal, scale);
+  const VarlenProblem p = varlen_problem(q, k, cu_seqlens_q, cu_seqlens_kv, causal, scale, dropout);
   check_cudnn_limits("attention_backward_varlen", p.as_problem(),
                      {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dout", dout}, {"q", q}, {"k", k}, {"v", v}, {"out", out}});
   const RaggedIndex index = ragged_index(ctx, p, cu_seqlens_q, cu_seqlens_kv);
@@ -609,6 +628,7 @@ void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk,
                                              {kO, out.data_ptr()},  {kdO, dout.data_ptr()}, {kStats, token_major.data_ptr()},
                                              {kdQ, dq.data_ptr()},  {kdK, dk.data_ptr()},   {kdV, dv.data_ptr()}};
   add_ragged(pack, index);
+  const DropoutBuffers buffers = bind_dropout(ctx, p.as_problem(), dropout, pack);
   execute(ctx, plan, pack, "attention_backward_varlen", p.as_problem());
 }
 
