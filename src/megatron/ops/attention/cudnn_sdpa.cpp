@@ -287,8 +287,9 @@ struct DropoutBuffers {
   Tensor seed_offset, mask, scaled_out;
 };
 
+// `out`: a backward's forward output O (undefined for a forward), which a by-index backward reads scaled.
 DropoutBuffers bind_dropout(Context& ctx, const Problem& p, const AttentionDropout& dropout,
-                            std::unordered_map<int64_t, void*>& pack) {
+                            std::unordered_map<int64_t, void*>& pack, const Tensor& out = Tensor()) {
   DropoutBuffers b;
   if (p.dropout_p <= 0.0f) return b;
   if (p.dropout_by_index) {
@@ -302,8 +303,7 @@ DropoutBuffers bind_dropout(Context& ctx, const Problem& p, const AttentionDropo
     }
     ops::attention_dropout_mask(ctx, b.mask, dropout, p.causal);
     pack[kDropoutMask] = b.mask.data_ptr();
-    if (pack.count(kdO)) {  // a backward: O * (1 - p) for cuDNN's row sum (see DropoutInputs)
-      const Tensor out = Tensor::from_blob(pack.at(kO), {p.B, p.Sq, p.H, p.D}, p.dtype, ctx.device());
+    if (out.defined()) {  // a backward: O * (1 - p) for cuDNN's row sum (see DropoutInputs)
       b.scaled_out = ctx.empty(out.shape(), p.dtype);
       ops::scale(ctx, b.scaled_out, out, 1.0 - double(p.dropout_p));
       pack[kO] = b.scaled_out.data_ptr();
@@ -545,7 +545,7 @@ void attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   std::unordered_map<int64_t, void*> pack = {{kQ, q.data_ptr()},       {kK, k.data_ptr()},   {kV, v.data_ptr()},
                                              {kO, out.data_ptr()},     {kdO, dout.data_ptr()}, {kStats, stats.data_ptr()},
                                              {kdQ, dq.data_ptr()},     {kdK, dk.data_ptr()},   {kdV, dv.data_ptr()}};
-  const DropoutBuffers buffers = bind_dropout(ctx, p, dropout, pack);
+  const DropoutBuffers buffers = bind_dropout(ctx, p, dropout, pack, out);
   execute(ctx, plan, pack, "attention_backward", p);
 }
 
@@ -580,7 +580,7 @@ void attention_backward_packed(Context& ctx, const Tensor& dqkv, const Tensor& d
       {kQ, base},          {kK, base + head_bytes},          {kV, base + 2 * head_bytes},
       {kO, out.data_ptr()}, {kdO, dout.data_ptr()},           {kStats, stats.data_ptr()},
       {kdQ, dbase},        {kdK, dbase + head_bytes},        {kdV, dbase + 2 * head_bytes}};
-  const DropoutBuffers buffers = bind_dropout(ctx, p, dropout, pack);
+  const DropoutBuffers buffers = bind_dropout(ctx, p, dropout, pack, out);
   execute(ctx, plan, pack, "attention_backward_packed", p);
 }
 
@@ -628,7 +628,7 @@ void attention_backward_varlen(Context& ctx, const Tensor& dq, const Tensor& dk,
                                              {kO, out.data_ptr()},  {kdO, dout.data_ptr()}, {kStats, token_major.data_ptr()},
                                              {kdQ, dq.data_ptr()},  {kdK, dk.data_ptr()},   {kdV, dv.data_ptr()}};
   add_ragged(pack, index);
-  const DropoutBuffers buffers = bind_dropout(ctx, p.as_problem(), dropout, pack);
+  const DropoutBuffers buffers = bind_dropout(ctx, p.as_problem(), dropout, pack, out);
   execute(ctx, plan, pack, "attention_backward_varlen", p.as_problem());
 }
 
