@@ -147,6 +147,52 @@ TEST(AdamW, OffloadedEntriesUpdateLikeTheOthers) {
   }
 }
 
+// --decoupled-lr: the embedding_or_output entries step with the decoupled rate (in the update and in the
+// weight decay), the others with lr, whether they update on the device or offloaded to the host; without a
+// decoupled rate every entry takes lr.
+TEST(AdamW, DecoupledLrDrivesTheEmbeddingOrOutputEntries) {
+  Context& ctx = cpu_context();
+  const AdamWOptions options{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+  const std::vector<bool> flagged = {true, false, false, true, false, false};  // entry 0 offloaded at 0.3, 3 not
+  for (double fraction : {0.0, 0.3})
+    for (bool with_decoupled : {true, false}) {
+      SCOPED_TRACE(str_cat("offload fraction ", fraction, with_decoupled ? ", decoupled lr" : ", no decoupled lr"));
+      std::vector<AdamWParam> params;
+      std::vector<ScalarAdamW> ref;
+      for (size_t i = 0; i < kSetup.shapes.size(); ++i) {
+        AdamWParam p;
+        p.param = ctx.empty(kSetup.shapes[i], DType::F64);
+        fill_random(p.param, 500 + i, -1, 1);
+        p.main_grad = ctx.empty(kSetup.shapes[i], DType::F64);
+        p.no_weight_decay = kSetup.no_wd[i];
+        p.embedding_or_output = flagged[i];
+        ScalarAdamW r;
+        r.p = to_doubles(ctx, p.param);
+        r.m.assign(r.p.size(), 0.0);
+        r.v.assign(r.p.size(), 0.0);
+        r.no_wd = kSetup.no_wd[i];
+        ref.push_back(std::move(r));
+        params.push_back(std::move(p));
+      }
+      AdamWOptions o = options;
+      o.offload_fraction = fraction;
+      AdamW adam(ctx, params, o);
+      for (int t = 1; t <= 3; ++t) {
+        const double lr = 1e-2 / t, decoupled = 3e-2 / t;
+        for (size_t i = 0; i < params.size(); ++i) {
+          fill_normal(params[i].main_grad, 70 * t + i, 0.1);
+          const double entry_lr = with_decoupled && flagged[i] ? decoupled : lr;
+          ref[i].step(to_doubles(ctx, params[i].main_grad), t, entry_lr, 0.1, 1.0, options);
+        }
+        adam.step(ctx, lr, 0.1, 1.0f, with_decoupled ? std::optional<double>(decoupled) : std::nullopt);
+      }
+      for (size_t i = 0; i < params.size(); ++i) {
+        const std::vector<double> got = to_doubles(ctx, params[i].param);
+        for (size_t k = 0; k < got.size(); ++k) ASSERT_NEAR(got[k], ref[i].p[k], 1e-12) << "entry " << i;
+      }
+    }
+}
+
 TEST(AdamW, WeightDecayOnlyWhereEnabled) {
   // Zero gradients: Adam's update is 0 / (0 + eps) = 0, so only the decoupled decay moves the weights.
   Context& ctx = cpu_context();

@@ -38,6 +38,17 @@ TEST(ParamGroups, MegatronRule) {
   EXPECT_EQ(groups[1].indices, (std::vector<size_t>{2, 3, 5, 7, 8, 9}));
 }
 
+// Megatron's is_embedding_or_output_parameter marks exactly the word embeddings (also the last stage's tied copy,
+// which has their name) and the output layer's weight: not position embeddings, norms or layers.
+TEST(ParamGroups, EmbeddingOrOutputParametersAreTheWordEmbeddingsAndTheOutputLayer) {
+  EXPECT_TRUE(is_embedding_or_output_parameter("embedding.word_embeddings.weight"));
+  EXPECT_TRUE(is_embedding_or_output_parameter("output_layer.weight"));
+  for (const char* other : {"embedding.position_embeddings.weight", "decoder.final_layernorm.weight",
+                            "decoder.layers.0.mlp.linear_fc1.weight", "output_layer.bias",
+                            "decoder.layers.0.embedding.word_embeddings.weight", "word_embeddings.weight"})
+    EXPECT_FALSE(is_embedding_or_output_parameter(other)) << other;
+}
+
 TEST(ParamGroups, BothGroupsAlwaysPresent) {
   std::vector<ParamGroup> groups = build_param_groups({});
   ASSERT_EQ(groups.size(), 2u);

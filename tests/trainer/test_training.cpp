@@ -1,9 +1,12 @@
 // A tiny GPT trained on CPU must learn: Megatron's mock data (runs of consecutive token ids) is predictable,
 // so the loss must fall well below the uniform-guess level ln(V) within a few dozen iterations. Also: a
-// bf16-free fp32 run is deterministic (two runs, identical losses).
+// bf16-free fp32 run is deterministic (two runs, identical losses); --decoupled-lr drives the embeddings and the
+// output layer apart.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "harness.h"
 #include "megatron/data/indexed_dataset.h"
@@ -97,6 +100,76 @@ TEST(Training, MegatronDefaultDropoutsAreReproducibleAndTrain) {
   EXPECT_NE(train_run(no_attention_dropout, Device::cpu(), DType::F32).losses[0], first[0]);
   for (double l : first) EXPECT_TRUE(std::isfinite(l));
   EXPECT_LT(first.back(), first.front() - 0.3) << "and it trains";
+}
+
+// --decoupled-lr / --decoupled-min-lr: the word embeddings and the output layer follow their own peak and floor
+// on the same schedule. Equal to --lr / --min-lr they change nothing (every loss and parameter bit); at twice
+// --lr the first update (AdamW's first step is linear in lr: -lr (m / (sqrt(v) + eps) + wd p)) moves exactly
+// those two weights twice as far and leaves every other parameter as it was.
+TEST(Training, DecoupledLrSchedulesTheEmbeddingsAndOutputLayerApart) {
+  // tiny_args' model and schedule, untied, without warmup (the first update at the peak learning rate).
+  auto args = [](int64_t iters, std::vector<std::string> decoupled) {
+    std::vector<std::string> flags = {
+        "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
+        "--micro-batch-size", "4", "--global-batch-size", "8", "--train-iters", std::to_string(iters), "--lr", "3e-3",
+        "--min-lr", "3e-4", "--lr-decay-style", "cosine", "--mock-data", "--vocab-size", "4096", "--eval-interval",
+        "1000", "--hidden-dropout", "0", "--attention-dropout", "0", "--seed", "7",
+        "--untie-embeddings-and-output-weights"};
+    flags.insert(flags.end(), decoupled.begin(), decoupled.end());
+    train::Arguments a = train::parse_arguments(flags);
+    a.parallel.world_size = 1;
+    train::resolve_and_validate(a);
+    return a;
+  };
+  auto run = [&](std::vector<std::string> decoupled, int64_t iters) {
+    const train::Arguments a = args(iters, std::move(decoupled));
+    auto ctx = Context::cpu();
+    nn::GPTModel model(*ctx, train::transformer_config(a.model, DType::F32, uint64_t(a.training.seed)));
+    std::map<std::string, std::vector<double>> before, after;
+    for (nn::Parameter* p : model.parameters()) before[p->name] = testing::to_doubles(*ctx, p->value);
+    TrainingData data(a, a.model.vocab_size - 1);
+    SampleStream train = data.stream(data::Split::train);
+    Trainer trainer(*ctx, a, model);
+    std::vector<double> losses;
+    for (int64_t it = 1; it <= iters; ++it) losses.push_back(trainer.train_step(train, it).loss);
+    for (nn::Parameter* p : model.parameters()) after[p->name] = testing::to_doubles(*ctx, p->value);
+    return std::tuple{losses, before, after};
+  };
+  const auto [losses, before, after] = run({}, 4);
+  const auto [same_losses, same_before, same_after] = run({"--decoupled-lr", "3e-3", "--decoupled-min-lr", "3e-4"}, 4);
+  EXPECT_EQ(same_losses, losses);
+  EXPECT_EQ(same_after, after);
+
+  for (bool distributed : {false, true}) {
+    SCOPED_TRACE(distributed ? "distributed optimizer" : "AdamW");
+    const std::vector<std::string> optimizer =
+        distributed ? std::vector<std::string>{"--use-distributed-optimizer"} : std::vector<std::string>{};
+    std::vector<std::string> doubled_flags = optimizer;
+    doubled_flags.insert(doubled_flags.end(), {"--decoupled-lr", "6e-3"});
+    const auto [one, before1, after1] = run(optimizer, 1);
+    const auto [doubled, before2, after2] = run(doubled_flags, 1);
+    int decoupled = 0;
+    for (const auto& [name, values] : after1) {
+      SCOPED_TRACE(name);
+      if (name == "embedding.word_embeddings.weight" || name == "output_layer.weight") {
+        ++decoupled;
+        const std::vector<double>& start = before1.at(name);
+        const std::vector<double>& moved = after2.at(name);
+        double largest = 0;
+        for (size_t i = 0; i < values.size(); ++i) largest = std::max(largest, std::abs(values[i] - start[i]));
+        ASSERT_GT(largest, 1e-4);
+        for (size_t i = 0; i < values.size(); ++i)
+          ASSERT_NEAR(moved[i] - start[i], 2 * (values[i] - start[i]), 1e-5 * largest) << "element " << i;
+      } else {
+        EXPECT_EQ(after2.at(name), values);
+      }
+    }
+    EXPECT_EQ(decoupled, 2);
+  }
+
+  // A floor above the peak: --decoupled-lr under --min-lr 3e-4, with no --decoupled-min-lr.
+  testing::expect_error([&] { args(1, {"--decoupled-lr", "1e-4"}); },
+                        {"--min-lr (the floor without --decoupled-min-lr) 0.0003", "must not exceed --decoupled-lr 0.0001"});
 }
 
 // ---- GPU (run on the GPU machine) ----

@@ -60,7 +60,13 @@ AdamW::~AdamW() = default;
 AdamW::AdamW(AdamW&&) noexcept = default;
 AdamW& AdamW::operator=(AdamW&&) noexcept = default;
 
-void AdamW::step(Context& ctx, double lr, double weight_decay, float grad_scale) {
+ops::AdamWConfig AdamW::config_of(size_t i, const ops::AdamWConfig& config, std::optional<double> decoupled_lr) const {
+  ops::AdamWConfig c = config;
+  if (decoupled_lr && entries_[i].source.embedding_or_output) c.lr = float(*decoupled_lr);
+  return c;
+}
+
+void AdamW::step(Context& ctx, double lr, double weight_decay, float grad_scale, std::optional<double> decoupled_lr) {
   if (fence_) {  // an asynchronous reader of the state (--async-save's copies) goes first
     std::function<void(Context&)> fence = std::move(fence_);
     fence_ = nullptr;
@@ -76,7 +82,9 @@ void AdamW::step(Context& ctx, double lr, double weight_decay, float grad_scale)
   config.weight_decay = float(weight_decay);
   config.step = step_count_;
   config.grad_scale = grad_scale;
-  std::vector<ops::AdamParamGroupTensors> tensors;
+  // The device entries in two updates: those at lr, and those at decoupled_lr (an elementwise op: the same bits
+  // as one call).
+  std::vector<ops::AdamParamGroupTensors> tensors, decoupled;
   std::vector<size_t> offloaded;
   tensors.reserve(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) {
@@ -92,7 +100,7 @@ void AdamW::step(Context& ctx, double lr, double weight_decay, float grad_scale)
     t.grad = e.source.main_grad.view({e.source.main_grad.numel()});
     if (e.has_separate_master) t.model_param = e.source.param.view({e.source.param.numel()});
     t.weight_decay = e.source.no_weight_decay ? 0.0f : float(weight_decay);
-    tensors.push_back(std::move(t));
+    (decoupled_lr && e.source.embedding_or_output ? decoupled : tensors).push_back(std::move(t));
   }
   // Overlapped: the remaining gradient copies are queued before the device update, so they run beside it.
   if (overlapped(ctx) && !offloaded.empty()) {
@@ -104,7 +112,12 @@ void AdamW::step(Context& ctx, double lr, double weight_decay, float grad_scale)
     for (size_t i : offloaded) copy_gradient_to_host(ctx, i);
   }
   if (!tensors.empty()) ops::adamw_step(ctx, tensors, config);
-  if (!offloaded.empty()) step_offloaded(ctx, offloaded, config, weight_decay);
+  if (!decoupled.empty()) {
+    ops::AdamWConfig c = config;
+    c.lr = float(*decoupled_lr);
+    ops::adamw_step(ctx, decoupled, c);
+  }
+  if (!offloaded.empty()) step_offloaded(ctx, offloaded, config, weight_decay, decoupled_lr);
 }
 
 void AdamW::copy_gradient_to_host(Context& ctx, size_t i) {
@@ -197,7 +210,7 @@ void AdamW::offload(Context& ctx, Entry& e) {
 // host updates another; ctx's stream then waits for the last copy back. The staging is safe the same way: the next
 // round's gradient copies wait for ctx's stream, which waited for these copies back.
 void AdamW::step_offloaded(Context& ctx, const std::vector<size_t>& entries, const ops::AdamWConfig& config,
-                           double weight_decay) {
+                           double weight_decay, std::optional<double> decoupled_lr) {
   const auto host_tensors = [&](size_t i) {
     Entry& e = entries_[i];
     ops::AdamParamGroupTensors t;
@@ -210,12 +223,17 @@ void AdamW::step_offloaded(Context& ctx, const std::vector<size_t>& entries, con
     return t;
   };
   if (!overlapped(ctx)) {
-    std::vector<ops::AdamParamGroupTensors> tensors;
+    std::vector<ops::AdamParamGroupTensors> tensors, decoupled;
     for (size_t i : entries) {
       copy_gradient_to_host(ctx, i);
-      tensors.push_back(host_tensors(i));
+      (decoupled_lr && entries_[i].source.embedding_or_output ? decoupled : tensors).push_back(host_tensors(i));
     }
-    ops::adamw_step(host(ctx), tensors, config);
+    if (!tensors.empty()) ops::adamw_step(host(ctx), tensors, config);
+    if (!decoupled.empty()) {
+      ops::AdamWConfig c = config;
+      c.lr = float(*decoupled_lr);
+      ops::adamw_step(host(ctx), decoupled, c);
+    }
     for (size_t i : entries) copy_tensor(ctx, entries_[i].source.param.view({entries_[i].source.param.numel()}),
                                          entries_[i].param_host);
     discard_gradient_prefetches();
@@ -225,7 +243,7 @@ void AdamW::step_offloaded(Context& ctx, const std::vector<size_t>& entries, con
   for (size_t i : copy_order_) {
     Entry& e = entries_[i];
     streams_->copied[i]->synchronize();
-    ops::adamw_step(host(ctx), {host_tensors(i)}, config);
+    ops::adamw_step(host(ctx), {host_tensors(i)}, config_of(i, config, decoupled_lr));
     CUDA_CHECK_MSG(cudaMemcpyAsync(e.source.param.data_ptr(), e.param_host.data_ptr(), e.param_host.nbytes(),
                                    cudaMemcpyHostToDevice, streams_->to_device.get()),
                    " (updated offloaded parameter -> ", e.source.param.describe(), ")");

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "megatron/ops/optimizer/optimizer.h"
@@ -30,6 +31,8 @@ struct AdamWParam {
   // sums a norm's partial gradients over TP, a shared embedding's over the embedding group), so an offloaded
   // entry's gradient is not copied to the host early (prefetch_gradients) but at step().
   bool grad_changes_after_reduction = false;
+  // The word embeddings or the output layer (param_groups.h): updated with step()'s decoupled_lr when it has one.
+  bool embedding_or_output = false;
 };
 
 struct AdamWOptions {
@@ -60,8 +63,11 @@ class AdamW {
   AdamW& operator=(AdamW&&) noexcept;
 
   // One update with the scheduled lr and weight decay; gradients are multiplied by grad_scale first (a
-  // clip coefficient or 1/loss scale not yet applied). Increments step_count() first.
-  void step(Context& ctx, double lr, double weight_decay, float grad_scale = 1.0f);
+  // clip coefficient or 1/loss scale not yet applied). decoupled_lr (--decoupled-lr's scheduled value) replaces
+  // lr for the embedding_or_output entries, in their update and in their weight decay (lr * wd * p), as a torch
+  // parameter group's own lr does. Increments step_count() first.
+  void step(Context& ctx, double lr, double weight_decay, float grad_scale = 1.0f,
+            std::optional<double> decoupled_lr = std::nullopt);
 
   // A reader of the tensors step() modifies (parameters, masters, moments) that still runs asynchronously
   // -- an --async-save snapshot's device-to-host copies on their own stream -- registers `fence` here; the
@@ -120,7 +126,9 @@ class AdamW {
   // The CPU context the offloaded entries update on: ctx itself on a CPU context.
   Context& host(Context& ctx);
   void step_offloaded(Context& ctx, const std::vector<size_t>& entries, const ops::AdamWConfig& config,
-                      double weight_decay);
+                      double weight_decay, std::optional<double> decoupled_lr);
+  // The config of entry i's update: `config` with its lr replaced by decoupled_lr for an embedding_or_output entry.
+  ops::AdamWConfig config_of(size_t i, const ops::AdamWConfig& config, std::optional<double> decoupled_lr) const;
 
   std::vector<Entry> entries_;
   std::vector<size_t> copy_order_;  // offloaded entries whose gradient copy is queued, in queuing order

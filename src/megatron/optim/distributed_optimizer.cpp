@@ -1,5 +1,7 @@
 #include "megatron/optim/distributed_optimizer.h"
 
+#include "megatron/optim/param_groups.h"
+
 #include <algorithm>
 
 #include "megatron/distributed/finalize_model_grads.h"
@@ -97,7 +99,8 @@ DistributedOptimizer::DistributedOptimizer(Context& ctx, distributed::Distribute
           updated = master;
         }
         ranges.push_back(AdamWParam{updated, buffer.grads_range(lo, hi), param->no_weight_decay,
-                                    distributed::grad_changes_after_reduction(*param)});
+                                    distributed::grad_changes_after_reduction(*param),
+                                    is_embedding_or_output_parameter(param->name)});
         param_ranges_.push_back({param, lo - entry.offset, hi - entry.offset});
         param_grad_shards_.emplace_back(param, buffer.grads_range(lo, hi));
         shard_elements_ += hi - lo;
@@ -122,11 +125,12 @@ DistributedOptimizer::DistributedOptimizer(Context& ctx, distributed::Distribute
 
 DistributedOptimizer::~DistributedOptimizer() = default;
 
-void DistributedOptimizer::step(Context& ctx, double lr, double weight_decay, float grad_scale, Timers* timers) {
+void DistributedOptimizer::step(Context& ctx, double lr, double weight_decay, float grad_scale, Timers* timers,
+                                std::optional<double> decoupled_lr) {
   finish_param_gather(ctx);  // a previous gather must land before the shards are read again
   {
     TimerScope timer(timers, "optimizer-inner-step", 1);
-    adamw_->step(ctx, lr, weight_decay, grad_scale);
+    adamw_->step(ctx, lr, weight_decay, grad_scale, decoupled_lr);
     quantize_fp8_shards(ctx);
   }
   TimerScope timer(timers, "params-all-gather", 1);

@@ -71,10 +71,12 @@ class DistributedOptimizer {
   // The same elements per parameter: (parameter, its gradient elements inside this rank's shards), padding
   // left out (for norms that must skip some parameters).
   const std::vector<std::pair<const nn::Parameter*, Tensor>>& param_grad_shards() const { return param_grad_shards_; }
-  // AdamW on the shards (gradients multiplied by grad_scale first), then the all-gather of the values.
+  // AdamW on the shards (gradients multiplied by grad_scale first; decoupled_lr as AdamW::step takes it, for the
+  // shards of the word embeddings and the output layer), then the all-gather of the values.
   // `timers` (may be null): Megatron's optimizer-inner-step and params-all-gather (level 1; with
   // --overlap-param-gather the gathers run on their own stream and the timer sees only their launch).
-  void step(Context& ctx, double lr, double weight_decay, float grad_scale = 1.0f, Timers* timers = nullptr);
+  void step(Context& ctx, double lr, double weight_decay, float grad_scale = 1.0f, Timers* timers = nullptr,
+            std::optional<double> decoupled_lr = std::nullopt);
   void wait_for_params(Context& ctx, const nn::ParameterList& params);
   void finish_param_gather(Context& ctx);
   // The weights kept in FP8 quantised again from their masters and gathered (after a checkpoint load has

@@ -6,6 +6,10 @@ bool is_no_weight_decay_param(std::string_view name, const Shape& shape) {
   return name.ends_with(".bias") || shape.rank() == 1;
 }
 
+bool is_embedding_or_output_parameter(std::string_view name) {
+  return name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
+}
+
 std::vector<ParamGroup> build_param_groups(const std::vector<NamedParamShape>& params) {
   std::vector<ParamGroup> groups(2);
   groups[0].wd_mult = 1.0;

@@ -28,6 +28,12 @@ struct ParamGroup {
 
 bool is_no_weight_decay_param(std::string_view name, const Shape& shape);
 
+// Megatron's is_embedding_or_output_parameter (LanguageModule.setup_embeddings_and_output_layer): the word
+// embeddings and the output layer's weight -- also the last pipeline stage's copy of tied word embeddings,
+// which carries the embeddings' name. Learned position embeddings are not among them. --decoupled-lr and
+// --decoupled-min-lr schedule these parameters' learning rate apart from the rest.
+bool is_embedding_or_output_parameter(std::string_view name);
+
 // [decayed group, no-decay group].
 std::vector<ParamGroup> build_param_groups(const std::vector<NamedParamShape>& params);
 

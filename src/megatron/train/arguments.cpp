@@ -163,6 +163,14 @@ void training_violations(const TrainingArguments& t, Violations& v) {
   v.need(decay.count(t.lr_decay_style), "--lr-decay-style '", t.lr_decay_style,
          "' must be one of constant, linear, cosine, inverse-square-root, WSD");
   v.need(t.min_lr <= t.lr, "--min-lr ", t.min_lr, " must not exceed --lr ", t.lr);
+  if (t.decoupled_lr != -1) {
+    const double floor = t.decoupled_min_lr != -1 ? t.decoupled_min_lr : t.min_lr;
+    v.need(t.decoupled_lr >= 0, "--decoupled-lr ", t.decoupled_lr, " must be >= 0");
+    v.need(t.decoupled_min_lr == -1 || t.decoupled_min_lr >= 0, "--decoupled-min-lr ", t.decoupled_min_lr,
+           " must be >= 0");
+    v.need(floor <= t.decoupled_lr, t.decoupled_min_lr != -1 ? "--decoupled-min-lr " : "--min-lr (the floor without "
+           "--decoupled-min-lr) ", floor, " must not exceed --decoupled-lr ", t.decoupled_lr);
+  }
   v.need(!(t.bf16 && t.fp16), "--bf16 and --fp16 are mutually exclusive");
   v.need(t.device == "auto" || t.device == "cpu" || t.device == "cuda", "--device '", t.device,
          "' must be auto, cpu or cuda");

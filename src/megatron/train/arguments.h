@@ -128,6 +128,10 @@ struct TrainingArguments {
   int64_t train_iters = 0;
   double lr = 0;
   double min_lr = 0;
+  // Megatron's --decoupled-lr / --decoupled-min-lr (-1: not given): the word embeddings' and output layer's own
+  // peak and floor learning rates on the same schedule (optim/param_groups.h); the floor defaults to --min-lr.
+  double decoupled_lr = -1;
+  double decoupled_min_lr = -1;
   std::string lr_decay_style = "linear";  // constant | linear | cosine | inverse-square-root | WSD
   int64_t lr_warmup_iters = 0;
   int64_t lr_decay_iters = 0;        // 0 = train_iters

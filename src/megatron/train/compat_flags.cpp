@@ -73,10 +73,6 @@ std::vector<FlagSpec> refused_flags() {
   const std::string hydra = "a Hydra option of NeMo / Megatron-Bridge recipe scripts, not of Megatron-LM's pretrain_gpt; "
                             "pass Megatron's flags (or --yaml-cfg FILE)";
   return {
-      refused_flag("--decoupled-lr", F::Value,
-                   std::string(kNotYet) + "one learning rate schedule drives every parameter; drop the flag (--lr applies "
-                   "to the embedding and output layer too)"),
-      refused_flag("--decoupled-min-lr", F::Value, std::string(kNotYet) + "drop the flag (--min-lr applies everywhere)"),
       refused_flag("--apply-layernorm-1p", F::Switch,
                    std::string(kNotYet) + "norm weights are stored as the scale itself (initialised to 1); drop the flag "
                    "(the same function, parametrised differently)"),

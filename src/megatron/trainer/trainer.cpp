@@ -14,7 +14,8 @@ namespace {
 std::vector<optim::AdamWParam> adamw_params(const nn::ParameterList& params) {
   std::vector<optim::AdamWParam> out;
   for (nn::Parameter* p : params)
-    out.push_back({p->value, p->main_grad, p->no_weight_decay, distributed::grad_changes_after_reduction(*p)});
+    out.push_back({p->value, p->main_grad, p->no_weight_decay, distributed::grad_changes_after_reduction(*p),
+                   optim::is_embedding_or_output_parameter(p->name)});
   return out;
 }
 
@@ -462,15 +463,22 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
     if (chunk->fp8_state()) chunk->fp8_state()->end_iteration(ctx_, parallel_->tp_dp_cp().comm.get());
   if (!r.skipped) {
     const float clip = float(prepared.grad_scale);
+    const std::optional<double> decoupled = decoupled_lr();
     if (dist_optimizer_) {
-      dist_optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip, timers_);
+      dist_optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip, timers_, decoupled);
     } else {
       TimerScope timer(timers_, "optimizer-inner-step", 1);
-      optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip);
+      optimizer_->step(ctx_, scheduler_.lr(), scheduler_.weight_decay(), clip, decoupled);
     }
     scheduler_.step(r.global_batch_size);  // Megatron counts the schedule in samples
   }
   return r;
+}
+
+std::optional<double> Trainer::decoupled_lr() const {
+  const train::TrainingArguments& t = args_.training;
+  if (t.decoupled_lr < 0) return std::nullopt;
+  return scheduler_.lr(t.decoupled_lr, t.decoupled_min_lr >= 0 ? t.decoupled_min_lr : t.min_lr);
 }
 
 double Trainer::mean_loss(const MicroBatchLosses& mb) {

@@ -54,6 +54,7 @@
 #include "megatron/optim/grad_clip.h"
 #include "megatron/optim/loss_scaler.h"
 #include "megatron/optim/lr_scheduler.h"
+#include "megatron/optim/param_groups.h"
 #include "megatron/distributed/distributed_data_parallel.h"
 #include "megatron/parallel/parallel_context.h"
 #include "megatron/train/arguments.h"
@@ -111,6 +112,10 @@ class Trainer {
   // --step-batch-size-schedule; else --global-batch-size).
   int64_t global_batch_size(int64_t consumed_samples) const { return batch_schedule_.global_batch_size(consumed_samples); }
   const optim::OptimizerParamScheduler& scheduler() const { return scheduler_; }
+  // --decoupled-lr's scheduled value at the schedule's current step (the word embeddings' and output layer's
+  // learning rate: the same warmup and decay, from --decoupled-lr down to --decoupled-min-lr, else --min-lr, as
+  // Megatron's parameter-group override does); none without the flag.
+  std::optional<double> decoupled_lr() const;
   const optim::LossScaler* loss_scaler() const { return scaler_.get(); }
   // Checkpoints save and restore these. optimizer(): the AdamW in use -- the replicated one, or the
   // distributed optimizer's over this rank's ranges (distributed_optimizer() then says which).
