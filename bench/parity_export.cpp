@@ -76,6 +76,8 @@ int run(std::vector<std::string> argv) {
   train::resolve_and_validate(args);
   MEGATRON_CHECK(args.model.hidden_dropout == 0 && args.model.attention_dropout == 0,
                  "parity_export: pass --hidden-dropout 0 --attention-dropout 0 (the reference has no Philox masks)");
+  MEGATRON_CHECK(!args.model.apply_layernorm_1p,
+                 "parity_export: drop --apply-layernorm-1p (the PyTorch reference's norms scale by their weight)");
   fs::create_directories(dir);
 
   const Device device = args.training.device == "cpu" || cuda_device_count() == 0 ? Device::cpu() : Device::cuda(0);

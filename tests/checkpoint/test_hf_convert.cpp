@@ -233,6 +233,53 @@ TEST(HfConvert, CheckpointsWithoutAddQkvBiasLoadAsWithout) {
   EXPECT_NE(diffs[0].find("--add-qkv-bias"), std::string::npos) << diffs[0];
 }
 
+// --apply-layernorm-1p keeps every norm weight centred on 0: an import stores the HF scales minus 1 (every other
+// tensor as without the flag) and the export adds the 1 back, for RMSNorm (Llama) and LayerNorm (GPT-2, whose
+// biases are not shifted). The flag is part of a checkpoint's architecture; checkpoints from before it load as
+// without.
+TEST(HfConvert, ApplyLayernorm1pStoresTheNormScalesMinusOne) {
+  for (const json& c : {llama_config("llama", false, 2), gpt2_config()}) {
+    SCOPED_TRACE(c["model_type"].get<std::string>());
+    const HfFamily family = hf_family_of(c);
+    const TensorMap hf = hf_tensors(c, DType::F32);
+    const train::Arguments plain = arguments_from_hf(c);
+    train::Arguments centred = plain;
+    centred.model.apply_layernorm_1p = true;
+    const TensorMap ours = hf_to_megatron(family, plain, 128, hf), ours_1p = hf_to_megatron(family, centred, 128, hf);
+    ASSERT_EQ(ours.size(), ours_1p.size());
+    int norms = 0;
+    for (const auto& [name, t] : ours) {
+      const HostTensor& u = ours_1p.at(name);
+      if (!name.ends_with("layernorm.weight")) {
+        EXPECT_EQ(u.bytes, t.bytes) << name;
+        continue;
+      }
+      ++norms;
+      const float* want = reinterpret_cast<const float*>(t.bytes.data());
+      const float* got = reinterpret_cast<const float*>(u.bytes.data());
+      for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(got[i], float(double(want[i]) - 1.0)) << name << " " << i;
+    }
+    EXPECT_EQ(norms, 2 * c.value("num_hidden_layers", c.value("n_layer", 0)) + 1);
+    const TensorMap back = megatron_to_hf(family, centred, ours_1p);
+    ASSERT_EQ(back.size(), hf.size());
+    for (const auto& [name, t] : hf) {
+      const float* want = reinterpret_cast<const float*>(t.bytes.data());
+      const float* got = reinterpret_cast<const float*>(back.at(name).bytes.data());
+      for (int64_t i = 0; i < t.numel(); ++i) ASSERT_NEAR(got[i], want[i], 1e-6) << name << " " << i;
+    }
+  }
+  nn::TransformerConfig config = train::transformer_config(arguments_from_hf(llama_config("llama", false, 2)).model,
+                                                           DType::F32, 1);
+  json saved = json::object();
+  for (const auto& [key, value] : architecture_values(config)) saved[key] = value;
+  saved.erase("apply_layernorm_1p");
+  EXPECT_TRUE(architecture_differences(saved, config).empty());
+  config.norm_zero_centered_gamma = true;
+  const std::vector<std::string> diffs = architecture_differences(saved, config);
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_NE(diffs[0].find("--apply-layernorm-1p"), std::string::npos) << diffs[0];
+}
+
 // config.json fields of the wrong type or size (found by fuzz_hf_config): errors naming the field, not
 // nlohmann's type_error, a narrowed integer or a division by zero.
 TEST(HfConvert, ConfigFieldsOfTheWrongTypeOrSizeAreNamed) {

@@ -142,6 +142,47 @@ TEST(GptModelGrad, RopeHalfRmsNormSwigluGqaUntiedNoBias) { expect_gradients_matc
 TEST(GptModelGrad, MqaNoPositionsKvChannels6) { expect_gradients_match_fd(config_c()); }
 TEST(GptModelGrad, MqaRopeSwigluUntied) { expect_gradients_match_fd(config_d()); }
 
+// --apply-layernorm-1p: every norm weight is stored centred on 0 and scales by 1 + w. A fresh model's norm weights
+// are 0; a model whose norm weights are another's minus 1 (all else equal) computes the same loss and the same
+// gradient of every parameter, for LayerNorm (with its bias) and RMSNorm; its gradients match finite differences.
+TEST(GptModel, ApplyLayernorm1pIsTheSameFunctionWithNormWeightsMinusOne) {
+  Context& ctx = cpu_context();
+  for (train::ModelArguments args : {config_a(), config_b()}) {
+    SCOPED_TRACE(args.normalization);
+    GPTModel plain(ctx, train::transformer_config(args, DType::F64, 1234));
+    args.apply_layernorm_1p = true;
+    GPTModel centred(ctx, train::transformer_config(args, DType::F64, 1234));
+    int norms = 0;
+    for (Parameter* p : centred.parameters())
+      if (p->name.ends_with("layernorm.weight")) {
+        ++norms;
+        for (double v : to_doubles(ctx, p->value)) ASSERT_EQ(v, 0.0) << p->name;
+      }
+    EXPECT_EQ(norms, 2 * args.num_layers + 1);
+    randomize(ctx, plain, 0.3);
+    const ParameterList from = plain.parameters(), to = centred.parameters();
+    ASSERT_EQ(from.size(), to.size());
+    for (size_t i = 0; i < from.size(); ++i) {
+      ops::copy(ctx, to[i]->value, from[i]->value);
+      if (to[i]->name.ends_with("layernorm.weight")) {
+        Tensor ones = ctx.empty(to[i]->value.shape(), DType::F64);
+        ops::fill(ctx, ones, 1.0);
+        ops::axpby(ctx, to[i]->value, from[i]->value, ones, 1.0, -1.0);
+      }
+    }
+    const Batch batch = make_batch(2, args.seq_length, args.vocab_size, seed_from("1p"));
+    zero_grads(ctx, from);
+    zero_grads(ctx, to);
+    const double loss = plain.forward_backward(ctx, batch.tokens, batch.labels, batch.mask);
+    EXPECT_NEAR(centred.forward_backward(ctx, batch.tokens, batch.labels, batch.mask), loss, 1e-12 * std::abs(loss));
+    for (size_t i = 0; i < from.size(); ++i) {
+      const std::vector<double> want = to_doubles(ctx, from[i]->main_grad), got = to_doubles(ctx, to[i]->main_grad);
+      for (size_t k = 0; k < want.size(); ++k) ASSERT_NEAR(got[k], want[k], 1e-10) << to[i]->name << " " << k;
+    }
+    expect_gradients_match_fd(args);
+  }
+}
+
 TEST(GptModel, ParameterNamesAndWeightDecayGroups) {
   Context& ctx = cpu_context();
   GPTModel model(ctx, train::transformer_config(config_a(), DType::F32, 1));

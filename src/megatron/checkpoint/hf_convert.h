@@ -29,7 +29,7 @@
 //   GPT-2 Conv1D weights are stored [in, out]: transposed; c_attn [h, 3h] = [q | k | v] columns, fused as above
 //     with one head per group.
 //   Norms: input_layernorm -> input_layernorm, post_attention_layernorm / ln_2 -> pre_mlp_layernorm, model.norm /
-//     ln_f -> decoder.final_layernorm.
+//     ln_f -> decoder.final_layernorm. With --apply-layernorm-1p our norm weights are the HF scales minus 1.
 // HF buffers that are not weights (rotary inv_freq, GPT-2's attn.bias masks) are ignored; any other unused HF
 // tensor is an error naming it (an unsupported feature must not be dropped silently).
 // Tensor parallelism: our tensors are global (layout-free), so a "target TP" changes nothing in the files;

@@ -241,6 +241,25 @@ void check_experts_fit(HfFamily f, const ModelDims& s) {
                  s.moe ? " has no experts, but this model has MoE layers" : " needs MoE layers (--num-experts)");
 }
 
+// --apply-layernorm-1p stores every norm weight centred on 0 (the norm scales by 1 + w); Hugging Face stores the
+// scale itself. Adds `delta` to the norm weights among `tensors` (named ours -- every "...layernorm.weight" -- or
+// Hugging Face's, is_norm_weight tells), in double, in their dtype.
+bool is_norm_weight(const std::string& name) {
+  return name.ends_with("layernorm.weight") || name == "model.norm.weight" || name.ends_with(".ln_1.weight") ||
+         name.ends_with(".ln_2.weight") || name == "transformer.ln_f.weight";
+}
+
+TensorMap shift_norm_weights(TensorMap tensors, double delta) {
+  for (auto& [name, t] : tensors) {
+    if (!is_norm_weight(name) || !is_floating(t.dtype)) continue;
+    visit_dtype(t.dtype, [&]<class T>() {
+      T* v = reinterpret_cast<T*>(t.bytes.data());
+      for (int64_t i = 0; i < t.numel(); ++i) v[i] = from_double<T>(to_double(v[i]) + delta);
+    });
+  }
+  return tensors;
+}
+
 }  // namespace
 
 TensorMap hf_to_megatron(HfFamily f, const train::Arguments& a, int64_t padded_vocab, const TensorMap& hf_in) {
@@ -283,7 +302,7 @@ TensorMap hf_to_megatron(HfFamily f, const train::Arguments& a, int64_t padded_v
   });
   MEGATRON_CHECK(unused.empty(), "convert: the Hugging Face checkpoint holds ", unused.size(),
                  " tensors this conversion does not use (an unsupported feature?), e.g. '", unused.front(), "'");
-  return out;
+  return m.apply_layernorm_1p ? shift_norm_weights(std::move(out), -1.0) : out;
 }
 
 TensorMap megatron_to_hf(HfFamily f, const train::Arguments& a, const TensorMap& ours_in,
@@ -322,7 +341,7 @@ TensorMap megatron_to_hf(HfFamily f, const train::Arguments& a, const TensorMap&
   std::vector<std::string> unused = ours.unused([](const std::string& k) { return k.rfind("optimizer.", 0) == 0; });
   MEGATRON_CHECK(unused.empty(), "convert: ", unused.size(), " tensors of the megatron.cpp checkpoint have no ",
                  hf_family_name(f), " counterpart, e.g. '", unused.front(), "'");
-  return out;
+  return m.apply_layernorm_1p ? shift_norm_weights(std::move(out), 1.0) : out;
 }
 
 void cast_floats(TensorMap& tensors, DType dtype) {

@@ -49,7 +49,7 @@ const char* const kArchitectureKeys[] = {
     "num_layers",     "hidden_size",  "num_attention_heads", "num_query_groups",
     "ffn_hidden_size", "kv_channels", "position_embedding_type", "rotary_percent",
     "rotary_base",    "swiglu",       "normalization",       "norm_epsilon",
-    "untie_embeddings_and_output_weights", "disable_bias_linear", "add_qkv_bias",
+    "untie_embeddings_and_output_weights", "disable_bias_linear", "add_qkv_bias", "apply_layernorm_1p",
 };
 
 }  // namespace
@@ -79,7 +79,8 @@ std::vector<std::string> architecture_differences(const nlohmann::json& saved_ar
       flag = "padded vocabulary size";
     }
     if (!saved_args.contains(key)) {
-      if (key == "add_qkv_bias" && value == "False") continue;  // checkpoints from before the flag: none
+      // Checkpoints from before these flags had neither.
+      if ((key == "add_qkv_bias" || key == "apply_layernorm_1p") && value == "False") continue;
       diffs.push_back(str_cat(flag, ": not in the checkpoint, this run ", value));
       continue;
     }

@@ -1,7 +1,10 @@
 // Norm: LayerNorm or RMSNorm over the hidden dimension (Megatron's --normalization), eps = --norm-epsilon.
 //
 // Parameters: "<name>.weight" [h] (init 1) and, for LayerNorm, "<name>.bias" [h] (init 0); both exempt from
-// weight decay. Kept in the parameter dtype.
+// weight decay. Kept in the parameter dtype. With config.norm_zero_centered_gamma (--apply-layernorm-1p,
+// Transformer Engine's zero_centered_gamma) the weight w is initialised to 0 and the norm scales by 1 + w,
+// formed in fp32 (fp64 for F64 parameters) at every call, so a bf16 w keeps its precision around the scale 1;
+// w's gradient is the scale's.
 // forward(ctx, y, x): x [..., h] -> y assigned. Returns what backward needs: x and the statistics (mean,
 //   rstd: F32, F64 for F64).
 // forward(ctx, y, sum, x, residual): the pre-norm "add then norm" in one pass: sum = x + residual (assigned,
@@ -49,7 +52,15 @@ class Norm {
   Parameter bias;  // LayerNorm only
 
  private:
+  // What the norm kernels take: (weight, bias) as they are, or with a zero-centred weight (1 + weight, bias) in
+  // fp32 (the kernels want the two in one dtype).
+  struct Affine {
+    Tensor scale, bias;
+  };
+  Affine affine(Context& ctx) const;
+
   parallel::TensorParallel tp_;
+  bool zero_centered_ = false;
   Normalization kind_ = Normalization::LayerNorm;
   float eps_ = 1e-5f;
   DType stats_dtype_ = DType::F32;

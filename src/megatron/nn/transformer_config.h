@@ -29,6 +29,9 @@ struct TransformerConfig {
   bool swiglu = false;             // gated (SwiGLU) MLP, else GELU (tanh)
   Normalization normalization = Normalization::LayerNorm;
   double norm_epsilon = 1e-5;
+  // --apply-layernorm-1p (Transformer Engine's zero_centered_gamma): every norm weight w is stored centred on 0
+  // and scales by 1 + w (nn/norm.h).
+  bool norm_zero_centered_gamma = false;
   PositionEmbedding position_embedding = PositionEmbedding::LearnedAbsolute;
   int64_t max_position_embeddings = 0;  // rows of the learned position table
   double rotary_percent = 1.0;

@@ -28,6 +28,7 @@ struct ModelArguments {
   bool swiglu = false;
   std::string normalization = "LayerNorm";  // LayerNorm | RMSNorm
   double norm_epsilon = 1e-5;
+  bool apply_layernorm_1p = false;  // norm weights centred on 0: the norm scales by 1 + weight
   bool untie_embeddings_and_output_weights = false;
   bool disable_bias_linear = false;
   bool add_qkv_bias = false;         // biases on linear_qkv even with --disable-bias-linear (Qwen2)

@@ -73,9 +73,6 @@ std::vector<FlagSpec> refused_flags() {
   const std::string hydra = "a Hydra option of NeMo / Megatron-Bridge recipe scripts, not of Megatron-LM's pretrain_gpt; "
                             "pass Megatron's flags (or --yaml-cfg FILE)";
   return {
-      refused_flag("--apply-layernorm-1p", F::Switch,
-                   std::string(kNotYet) + "norm weights are stored as the scale itself (initialised to 1); drop the flag "
-                   "(the same function, parametrised differently)"),
       refused_flag("--config-name", F::Value, hydra),
       refused_flag("--config-path", F::Value, hydra),
       refused_flag("--consistency-check", F::Switch,

@@ -58,6 +58,8 @@ std::vector<FlagSpec> model_flags() {
       flag("--swiglu", &A::model, &M::swiglu, "SwiGLU MLP"),
       flag("--normalization", &A::model, &M::normalization, "norm layer", {"LayerNorm", "RMSNorm"}),
       flag("--norm-epsilon", &A::model, &M::norm_epsilon, "norm epsilon"),
+      flag("--apply-layernorm-1p", &A::model, &M::apply_layernorm_1p,
+           "norm weights centred on 0 (initialised to 0): the norm scales by 1 + weight"),
       flag("--untie-embeddings-and-output-weights", &A::model, &M::untie_embeddings_and_output_weights,
            "separate output layer"),
       flag("--disable-bias-linear", &A::model, &M::disable_bias_linear, "no biases in linear layers"),

@@ -25,6 +25,7 @@ nn::TransformerConfig transformer_config(ModelArguments args, DType dtype, uint6
   c.swiglu = m.swiglu;
   c.normalization = m.normalization == "RMSNorm" ? nn::Normalization::RMSNorm : nn::Normalization::LayerNorm;
   c.norm_epsilon = m.norm_epsilon;
+  c.norm_zero_centered_gamma = m.apply_layernorm_1p;
   c.position_embedding = m.position_embedding_type == "rope"   ? nn::PositionEmbedding::Rope
                          : m.position_embedding_type == "none" ? nn::PositionEmbedding::None
                                                                : nn::PositionEmbedding::LearnedAbsolute;
@@ -122,6 +123,7 @@ ModelArguments model_arguments(const nn::TransformerConfig& c) {
   m.swiglu = c.swiglu;
   m.normalization = c.normalization == nn::Normalization::RMSNorm ? "RMSNorm" : "LayerNorm";
   m.norm_epsilon = c.norm_epsilon;
+  m.apply_layernorm_1p = c.norm_zero_centered_gamma;
   m.position_embedding_type = c.position_embedding == nn::PositionEmbedding::Rope   ? "rope"
                               : c.position_embedding == nn::PositionEmbedding::None ? "none"
                                                                                     : "learned_absolute";
