@@ -10,6 +10,7 @@
 #include "megatron/pipeline/schedule.h"
 #include "megatron/tensor/caching_pool.h"
 #include "megatron/train/fp8_arguments.h"
+#include "megatron/train/model_config.h"
 #include "megatron/train/recompute_arguments.h"
 #include "megatron/trainer/model_chunks.h"
 
@@ -58,22 +59,71 @@ Dims dims_of(const train::Arguments& a) {
   return x;
 }
 
-// The parameter tensors of one transformer layer on a TP rank (elements each), and which are FP8 linears'.
-// In the model's order (collect_parameters): input norm, QKV, projection, pre-MLP norm, fc1, fc2, each
-// weight followed by its bias.
-std::vector<double> layer_param_tensors(const Dims& x) {
-  std::vector<double> p;
-  auto norm = [&] { p.insert(p.end(), x.layernorm ? 2 : 1, x.h); };
+// An MoE layer on this rank, with the routing even (the tensors are sized by the routed rows, T x topk in all,
+// however the experts share them; only capacity dropping, not modelled, changes that).
+struct MoeDims {
+  nn::MoeConfig config;
+  double experts = 0;      // local experts: E / EP
+  double topk = 0, F = 0;  // each expert's width on this rank: --moe-ffn-hidden-size / expert TP
+  double shared_F = 0;     // the shared experts' width on this rank (/ TP)
+  double etp = 1;
+  double expert_dp = 1;    // the expert-data-parallel ranks their gradients and optimizer state are sharded over
+  bool recompute_act = false;
+  int aux_losses = 0;
+};
+
+MoeDims moe_dims_of(const train::Arguments& a, const Dims& x) {
+  MoeDims m;
+  m.config = train::moe_config(a.moe, a.model);
+  if (!m.config.enabled()) return m;
+  const train::ParallelArguments& p = a.parallel;
+  const double ep = p.expert_model_parallel_size;
+  m.etp = p.expert_tensor_parallel_size > 0 ? p.expert_tensor_parallel_size : p.tensor_model_parallel_size;
+  m.experts = m.config.num_experts / ep;
+  m.topk = m.config.topk;
+  m.F = double(m.config.ffn_hidden_size) / m.etp;
+  m.shared_F = double(m.config.shared_expert_ffn) / x.t;
+  m.expert_dp = std::max(1.0, double(p.world_size) / (p.pipeline_model_parallel_size * ep * m.etp));
+  m.recompute_act = train::recompute_config(a).selective_moe_act();
+  m.aux_losses = int(m.config.aux_losses.size());
+  return m;
+}
+
+// A parameter tensor on this rank: its elements, and whether it is a routed expert's (in the expert buffers,
+// sharded over the expert-data-parallel ranks).
+struct ParamTensor {
+  double elements = 0;
+  bool expert = false;
+};
+
+// The parameter tensors of one transformer layer on a TP rank. In the model's order (collect_parameters):
+// input norm, QKV, projection, pre-MLP norm, then fc1 and fc2 (each weight followed by its bias) -- or, in an
+// MoE layer, the router (and its expert bias), the shared experts' fc1 and fc2, the routed experts' stacked
+// fc1 and fc2 (no biases).
+std::vector<ParamTensor> layer_param_tensors(const Dims& x, const MoeDims& moe, bool moe_layer) {
+  std::vector<ParamTensor> p;
+  auto norm = [&] { p.insert(p.end(), x.layernorm ? 2 : 1, {x.h}); };
   auto linear = [&](double weight, double bias) {
-    p.push_back(weight);
-    if (x.bias) p.push_back(bias);
+    p.push_back({weight});
+    if (x.bias) p.push_back({bias});
   };
   norm();
   linear(x.h * (x.n + 2 * x.g) * x.d / x.t, (x.n + 2 * x.g) * x.d / x.t);
   linear(x.n * x.d / x.t * x.h, x.h);
   norm();
-  linear(x.h * x.k * x.F / x.t, x.k * x.F / x.t);
-  linear(x.F / x.t * x.h, x.h);
+  if (!moe_layer) {
+    linear(x.h * x.k * x.F / x.t, x.k * x.F / x.t);
+    linear(x.F / x.t * x.h, x.h);
+    return p;
+  }
+  p.push_back({moe.config.num_experts * x.h});
+  if (moe.config.expert_bias) p.push_back({double(moe.config.num_experts)});
+  if (moe.shared_F > 0) {
+    linear(x.h * x.k * moe.shared_F, x.k * moe.shared_F);
+    linear(moe.shared_F * x.h, x.h);
+  }
+  p.push_back({moe.experts * x.k * moe.F * x.h, true});
+  p.push_back({moe.experts * x.h * moe.F, true});
   return p;
 }
 double linear_weights(const Dims& x) {
@@ -83,28 +133,58 @@ double linear_weights(const Dims& x) {
 // The norms' statistics of one pass: rstd (and LayerNorm's mean) per row, F32.
 double norm_stats(const Dims& x) { return (x.layernorm ? 2 : 1) * x.tensor(x.region, 1, 4); }
 
-// What one layer keeps for the backward of one micro-batch (transformer_layer.h's TransformerLayerSaved).
+// What one layer keeps for the backward of one micro-batch (transformer_layer.h's TransformerLayerSaved), up to
+// the MLP: the norms' inputs and statistics, QKV's input, q/k/v, the attention output and its statistics.
 // recompute_norms: selective "layernorm", the norms' outputs not kept as QKV's and fc1's (or the MLP's) input.
-double layer_saved(const Dims& x, bool fp8, bool recompute_mlp, bool recompute_norms) {
+double attention_saved(const Dims& x, bool fp8, bool recompute_norms) {
   const double hidden = x.tensor(x.region, x.h, x.e);
-  const double norm_output = recompute_norms ? 0 : hidden;
   double b = 2 * hidden + 2 * norm_stats(x);                             // the norms' inputs (x, h) and statistics
-  b += fp8 ? x.tensor(x.T, x.h, 1) : norm_output;                        // QKV's input (FP8: its whole transpose)
+  b += fp8 ? x.tensor(x.T, x.h, 1) : (recompute_norms ? 0 : hidden);     // QKV's input (FP8: its whole transpose)
   if (x.packed_qkv) b += x.tensor(x.T, 3 * x.n * x.d / x.t, x.e);         // the packed projection
   else b += x.tensor(x.T, x.n * x.d / x.t, x.e) + 2 * x.tensor(x.T, x.g * x.d / x.t, x.e);  // q, k, v
   b += x.tensor(x.T, x.n * x.d / x.t, x.e) + x.tensor(x.T, x.n / x.t, 4);  // attention output and log-sum-exp
   if (fp8) b += x.tensor(x.T, x.n * x.d / x.t, 1);                       // the projection's FP8 input
-  if (recompute_mlp) return b + norm_output;                              // the MLP's input only
-  b += fp8 ? x.tensor(x.T, x.h, 1) : norm_output;                        // fc1's input
+  return b;
+}
+
+// What a dense layer's MLP keeps; its input is the pre-MLP norm's output (`norm_output` bytes, 0 when dropped).
+double mlp_saved(const Dims& x, bool fp8, double norm_output) {
+  double b = fp8 ? x.tensor(x.T, x.h, 1) : norm_output;                 // fc1's input
   b += x.tensor(x.T, x.k * x.F / x.t, x.e);                              // fc1's output (pre-activation)
   b += x.tensor(x.T, x.F / x.t, fp8 ? 1 : x.e);                          // fc2's input (the activation)
   return b;
 }
 
+// What an MoE layer keeps (moe_layer.h's MoESaved) for its token rows T' (the SP region): the router's input
+// (the pre-MLP norm's output) and its logits and scores (fp32 [T', E]); the routing's indices, probabilities and
+// row map ([T', k]); the routed rows R = T' k x expert TP (the experts' input, fc1's output, the activation
+// unless "moe_act" recomputes it, the experts' output) and the shared experts' fc1 output and activation.
+double moe_saved(const Dims& x, const MoeDims& m) {
+  const double T = x.region, R = T * m.topk * m.etp, E = m.config.num_experts;
+  double b = x.tensor(T, x.h, x.e) + 2 * x.tensor(T, E, 4) + 3 * x.tensor(T, m.topk, 4) + m.aux_losses * x.tensor(1, E, 4);
+  b += x.tensor(R, x.h, x.e) + x.tensor(R, x.k * m.F, x.e) + (m.recompute_act ? 0 : x.tensor(R, m.F, x.e));
+  b += x.tensor(T * m.topk, x.h, x.e);
+  if (m.shared_F > 0) b += x.tensor(T, x.k * m.shared_F, x.e) + x.tensor(T, m.shared_F, x.e);
+  return b;
+}
+
+double layer_saved(const Dims& x, const MoeDims& moe, bool moe_layer, bool fp8, bool recompute_mlp,
+                   bool recompute_norms) {
+  const double b = attention_saved(x, fp8, recompute_norms);
+  if (moe_layer) return b + moe_saved(x, moe);
+  const double norm_output = recompute_norms ? 0 : x.tensor(x.region, x.h, x.e);
+  if (recompute_mlp) return b + norm_output;  // the MLP's input only
+  return b + mlp_saved(x, fp8, norm_output);
+}
+
 // The backward's working tensors of one layer beyond the saved ones: the MLP's activation gradients and a few
-// hidden-state gradients (the gathered input under SP).
-double layer_backward_working(const Dims& x) {
-  return x.tensor(x.T, x.k * x.F / x.t, x.e) + x.tensor(x.T, x.F / x.t, x.e) + 3 * x.tensor(x.T, x.h, x.e);
+// hidden-state gradients (the gathered input under SP); in an MoE layer the routed rows' gradients (the
+// experts' output and input gradients, the activation's and fc1's output's).
+double layer_backward_working(const Dims& x, const MoeDims& moe, bool moe_layer) {
+  const double hidden = 3 * x.tensor(x.T, x.h, x.e);
+  if (!moe_layer) return x.tensor(x.T, x.k * x.F / x.t, x.e) + x.tensor(x.T, x.F / x.t, x.e) + hidden;
+  const double R = x.region * moe.topk * moe.etp;
+  return 2 * x.tensor(R, x.h, x.e) + x.tensor(R, x.k * moe.F, x.e) + x.tensor(R, moe.F, x.e) + hidden;
 }
 
 // The loss head of a micro-batch: the final norm's input and output, the logits (their gradient in place), the
@@ -120,28 +200,31 @@ struct ChunkCost {
   double working = 0;    // the layers' backward working tensors
   double head_backward = 0;  // the head's backward: a hidden-state gradient, and on CUDA the first iteration's
                              // GEMM-autotuning scratch of the output layer's weight gradient (fp32 [V / TP, h])
-  std::vector<double> params;  // every parameter tensor's elements
+  std::vector<ParamTensor> params;  // every parameter tensor
   double largest_group = 0;    // elements of the largest module group (embedding, a layer, the head): FSDP's unit
   double fp8_params = 0;
 };
 
-ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::ChunkLayers& layers, bool first,
-                     bool last, const nn::Fp8Recipe& fp8, const nn::RecomputeConfig& recompute) {
+ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const MoeDims& moe, const parallel::ChunkLayers& layers,
+                     bool first, bool last, const nn::Fp8Recipe& fp8, const nn::RecomputeConfig& recompute) {
   ChunkCost c;
   const int L = a.model.num_layers;
   if (first) {  // the embedding's parameters come first in the model's order
-    c.params.push_back(x.V / x.t * x.h);
-    if (x.position_table > 0) c.params.push_back(x.position_table);
+    c.params.push_back({x.V / x.t * x.h});
+    if (x.position_table > 0) c.params.push_back({x.position_table});
     c.largest_group = x.V / x.t * x.h + x.position_table;
   }
   std::vector<double> saved(size_t(layers.num_layers));
   for (int i = 0; i < layers.num_layers; ++i) {
     const bool in_fp8 = fp8.enabled && fp8.fp8_layer(layers.first_layer + i, L);
-    saved[size_t(i)] = layer_saved(x, in_fp8, recompute.selective_mlp(), recompute.selective_layernorm());
+    const bool moe_layer = moe.config.is_moe_layer(layers.first_layer + i);
+    saved[size_t(i)] =
+        layer_saved(x, moe, moe_layer, in_fp8, recompute.selective_mlp(), recompute.selective_layernorm());
+    c.working = std::max(c.working, layer_backward_working(x, moe, moe_layer));
     double layer = 0;
-    for (double p : layer_param_tensors(x)) {
+    for (const ParamTensor& p : layer_param_tensors(x, moe, moe_layer)) {
       c.params.push_back(p);
-      layer += p;
+      layer += p.elements;
     }
     c.largest_group = std::max(c.largest_group, layer);
     if (in_fp8) c.fp8_params += linear_weights(x);
@@ -159,14 +242,13 @@ ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const parallel::C
   }
   for (size_t i = 0; i < saved.size(); ++i)
     if (!recomputed[i]) c.saved += saved[i];
-  c.working = layers.num_layers > 0 ? layer_backward_working(x) : 0;
   if (first) c.saved += x.tensor(x.T, 1, 8);  // the token ids
   if (last) {
     c.head = head_saved(x);
     c.saved += c.head;
-    c.params.insert(c.params.end(), x.layernorm ? 2 : 1, x.h);
+    c.params.insert(c.params.end(), x.layernorm ? 2 : 1, {x.h});
     const bool own_output = a.model.untie_embeddings_and_output_weights || !first;
-    if (own_output) c.params.push_back(x.V / x.t * x.h);
+    if (own_output) c.params.push_back({x.V / x.t * x.h});
     c.largest_group = std::max(c.largest_group, (x.layernorm ? 2 : 1) * x.h + x.V / x.t * x.h);
     c.head_backward = x.tensor(x.T, x.h, x.e);
     if (x.cuda && !a.training.deterministic_mode) c.head_backward += x.tensor(x.V / x.t, x.h, 4);
@@ -183,33 +265,39 @@ struct ModelState {
   double weights = 0, main_grads = 0, optimizer = 0, optimizer_host = 0;
 };
 
-ModelState model_state(const train::Arguments& a, const Dims& x, const std::vector<double>& params, int dp_cp,
-                       double largest_group) {
+ModelState model_state(const train::Arguments& a, const Dims& x, const std::vector<ParamTensor>& params, int dp_cp,
+                       double expert_dp, double largest_group) {
   ModelState m;
-  double total = 0;
-  for (double p : params) total += p;
+  double dense = 0, experts = 0;
+  for (const ParamTensor& p : params) (p.expert ? experts : dense) += p.elements;
+  const double total = dense + experts;
   const bool distributed = a.parallel.use_distributed_optimizer;
-  const double shard = distributed ? double(dp_cp) : 1.0;
-  m.main_grads = a.fsdp_shards_grads() ? x.bytes(4 * total / shard) + x.bytes(4 * largest_group) : x.bytes(4 * total);
+  const double shard = distributed ? double(dp_cp) : 1.0, expert_shard = distributed ? expert_dp : 1.0;
+  // The routed experts' parameters have buffers of their own (their expert-data-parallel group).
+  auto buffers = [&](double element_bytes) {
+    return x.bytes(element_bytes * dense) + (experts > 0 ? x.bytes(element_bytes * experts) : 0.0);
+  };
+  m.main_grads = a.fsdp_shards_grads() ? x.bytes(4 * total / shard) + x.bytes(4 * largest_group) : buffers(4);
   if (a.fsdp_shards_params()) {
     m.weights = x.bytes(x.e * total / shard) + x.bytes(x.e * largest_group);
   } else if (distributed) {
-    m.weights = x.bytes(x.e * total);
+    m.weights = buffers(x.e);
   } else {
-    for (double p : params) m.weights += x.bytes(x.e * p);
+    for (const ParamTensor& p : params) m.weights += x.bytes(x.e * p.elements);
   }
   const double offload = a.training.optimizer_cpu_offload ? a.training.optimizer_offload_fraction : 0.0;
   const int per_param = x.e < 4 ? 3 : 2;  // master (bf16/fp16 parameters) and two moments
   double offloaded = 0;
   // The optimizer's entries: model order, or the data-parallel buffer's (reverse model order) for the
   // distributed optimizer, which decides which tensors the offloaded fraction takes.
-  std::vector<double> order = params;
+  std::vector<ParamTensor> order = params;
   if (distributed) std::reverse(order.begin(), order.end());
-  for (double p : order) {
-    const double bytes = per_param * x.bytes(4 * std::ceil(p / shard));
+  for (const ParamTensor& p : order) {
+    const double local = std::ceil(p.elements / (p.expert ? expert_shard : shard));
+    const double bytes = per_param * x.bytes(4 * local);
     if (offloaded < offload * total) {  // Megatron's rule: whole tensors, in order (optim/adamw.h)
-      offloaded += p;
-      const double staging = x.bytes(4 * std::ceil(p / shard)) + x.bytes(x.e * std::ceil(p / shard));
+      offloaded += p.elements;
+      const double staging = x.bytes(4 * local) + x.bytes(x.e * local);
       m.optimizer_host += bytes + staging;  // with the gradient's and the updated parameter's host copies
     } else {
       m.optimizer += bytes;
@@ -254,12 +342,14 @@ const RankMemory& MemoryPlan::worst() const {
 
 MemoryPlan plan_memory(const train::Arguments& a) {
   MemoryPlan plan;
-  if (a.moe.num_experts > 0)
-    plan.notes.push_back("MoE layers are planned as dense layers: the experts' token counts depend on the routing");
+  if (a.moe.num_experts > 0 && a.moe.moe_expert_capacity_factor > 0)
+    plan.notes.push_back("MoE layers are planned with every routed row kept: capacity dropping, which keeps fewer, "
+                         "is not modelled");
   if (a.parallel.hybrid_context_parallel)
     plan.notes.push_back("--hybrid-context-parallel: activations planned for a micro-batch on one CP rank (the whole "
                          "rows), the most a run can hold");
   const Dims x = dims_of(a);
+  const MoeDims moe = moe_dims_of(a, x);
   const train::ParallelArguments& p = a.parallel;
   const parallel::PipelineSplitConfig split_config = train::pipeline_split_config(a);
   const parallel::PipelineSplit split = parallel::split_layers(split_config);
@@ -274,17 +364,17 @@ MemoryPlan plan_memory(const train::Arguments& a) {
     RankMemory r;
     r.pipeline_rank = rank;
     std::vector<ChunkCost> chunks;
-    std::vector<double> params;
+    std::vector<ParamTensor> params;
     double fp8_params = 0, largest_group = 0;
     for (int c = 0; c < V; ++c) {
-      chunks.push_back(chunk_cost(a, x, split.chunks[size_t(rank)][size_t(c)], rank == 0 && c == 0,
+      chunks.push_back(chunk_cost(a, x, moe, split.chunks[size_t(rank)][size_t(c)], rank == 0 && c == 0,
                                   rank == P - 1 && c == V - 1, fp8, recompute));
       params.insert(params.end(), chunks.back().params.begin(), chunks.back().params.end());
       fp8_params += chunks.back().fp8_params;
       largest_group = std::max(largest_group, chunks.back().largest_group);
       r.activations_per_microbatch += chunks.back().saved;
     }
-    const ModelState m = model_state(a, x, params, dp_cp, largest_group);
+    const ModelState m = model_state(a, x, params, dp_cp, moe.expert_dp, largest_group);
     r.weights = m.weights;
     r.main_grads = m.main_grads;
     r.optimizer = m.optimizer;

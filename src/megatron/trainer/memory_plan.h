@@ -8,7 +8,10 @@
 // backward are added at the steps where they are live. The result is bytes as the allocator counts them
 // ("peak allocated"), not including fragmentation (peak reserved) or the CUDA context.
 //
-// Dense models only (MoE layers' token counts depend on the routing): with --num-experts the plan says so.
+// MoE layers too: the router, the routed rows and the experts' parameters (local experts under expert parallelism,
+// their width under expert TP, their optimizer state sharded over the expert-data-parallel ranks). The routed
+// rows are T x topk in all however the routing splits them, so the plan does not depend on it; capacity dropping,
+// which keeps fewer, is not modelled (the plan then says so).
 #pragma once
 
 #include <string>
