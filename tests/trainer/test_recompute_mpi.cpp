@@ -6,8 +6,9 @@
 // TP=2 + SP, PP=2 and CP=2 (the ring attention's exchanges run again in the recomputed forwards), and every
 // loss, gradient norm and the validation loss must be bit for bit the run without recomputation at the same
 // layout: the recomputed forwards draw the same dropout masks and run the same collectives. One FP8 (delayed,
-// hybrid) case holds the same with the iteration's scales, and a MoE model with the experts' activation recomputed
-// (moe_act) at one rank, EP=2 and EP=4.
+// hybrid) case holds the same with the iteration's scales, and MoE models with the experts' activation recomputed
+// (moe_act) and with full recomputation at one rank, EP=2 and EP=4, the logged router losses included (a recomputed
+// router must not count its tokens or losses twice).
 #include <gtest/gtest.h>
 
 #include "layout_training.h"
@@ -74,9 +75,11 @@ TEST(Recompute, DistributedSavedActivationsAreBitwiseInvisible) {
                                                         "--recompute-num-layers", "2", "--distribute-saved-activations"}}});
 }
 
-// The routed experts' activation recomputed (moe_act), alone and with the norms: a Llama-style MoE (4 experts, top
-// 2, a shared expert, every other layer MoE) at one rank and at EP=2 and EP=4 with the all-to-all dispatcher.
-TEST(Recompute, MoeActivationRecomputationIsBitwiseInvisible) {
+// The routed experts' activation recomputed (moe_act), alone and with the norms, and full recomputation (the router's
+// forward again: its metrics and the expert bias's counts must not take the tokens twice): a Llama-style MoE (4
+// experts, top 2, a shared expert, every other layer MoE) with the switch aux loss, and one with sigmoid routing, the
+// expert bias, the sequence-level aux loss and the z-loss, at one rank and at EP=2 and EP=4 (all-to-all dispatcher).
+TEST(Recompute, MoeRecomputationIsBitwiseInvisible) {
   auto world = testing::mpi_world();
   const std::vector<std::string> moe = {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "24",
                                         "--moe-layer-freq", "([0]+[1])*3", "--moe-shared-expert-intermediate-size", "16",
@@ -84,6 +87,10 @@ TEST(Recompute, MoeActivationRecomputationIsBitwiseInvisible) {
                                         "--moe-token-dispatcher-type", "alltoall"};
   std::vector<std::string> arch = kLlama;
   arch.insert(arch.end(), moe.begin(), moe.end());
+  std::vector<std::string> biased = arch;
+  biased.insert(biased.end(), {"--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
+                               "--moe-router-bias-update-rate", "0.01", "--moe-router-load-balancing-type",
+                               "seq_aux_loss", "--moe-z-loss-coeff", "1e-3"});
   const std::vector<Layout> layouts = {
       {"one rank", 1, {}, {}},
       {"EP=2", 2, {.expert_model_parallel = 2}, {"--expert-model-parallel-size", "2"}},
@@ -92,7 +99,12 @@ TEST(Recompute, MoeActivationRecomputationIsBitwiseInvisible) {
   expect_variants_identical(*world, layouts, {{"moe", arch}}, make_args,
                             {{"selective moe_act", {"--recompute-granularity", "selective", "--recompute-modules", "moe_act"}},
                              {"selective moe_act + layernorm", {"--recompute-granularity", "selective",
-                                                                "--recompute-modules", "moe_act", "layernorm"}}});
+                                                                "--recompute-modules", "moe_act", "layernorm"}},
+                             {"full uniform 1", {"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                                 "--recompute-num-layers", "1"}}});
+  expect_variants_identical(*world, layouts, {{"moe, sigmoid with expert bias, seq aux and z-loss", biased}}, make_args,
+                            {{"full block 2", {"--recompute-granularity", "full", "--recompute-method", "block",
+                                               "--recompute-num-layers", "2"}}});
 }
 
 TEST(Recompute, FullRecomputationInFp8IsBitwiseInvisible) {

@@ -277,7 +277,9 @@ void GPTModel::recompute_unit_ending_at(Context& ctx, StageSaved& s, size_t last
     for (size_t j = 0; j < u.passes.size(); ++j) {
       ResidualStream next;
       call_hook(hooks.before_recompute ? hooks.before_recompute : hooks.before_forward, layer_groups_[u.first + j]);
-      s.layers[u.first + j] = layers[u.first + j].forward(ctx, next, stream, u.passes[j]);
+      LayerPass pass = u.passes[j];
+      pass.recomputing = true;
+      s.layers[u.first + j] = layers[u.first + j].forward(ctx, next, stream, pass);
       call_hook(hooks.after_recompute ? hooks.after_recompute : hooks.after_forward, layer_groups_[u.first + j]);
       stream = std::move(next);
     }

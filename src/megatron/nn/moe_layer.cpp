@@ -57,13 +57,13 @@ bool MoELayer::all_to_all() const {
 }
 
 MoESaved MoELayer::forward(Context& ctx, const Tensor& out, const Tensor& x_in, bool training,
-                           const TokenRows& rows, Timers* timers) const {
+                           const TokenRows& rows, Timers* timers, bool recomputing) const {
   const int64_t h = x_in.shape()[x_in.shape().rank() - 1], T = x_in.numel() / h, k = moe_.topk;
   const Tensor x = x_in.view({T, h}), y = out.view({T, h});
   MoESaved s;
   s.tokens = T;
   Tensor probs = ctx.empty({T, k}, router.weight.main_grad.dtype()), indices = ctx.empty({T, k}, DType::I32);
-  s.router = router.forward(ctx, probs, indices, x, training, rows);
+  s.router = router.forward(ctx, probs, indices, x, training, rows, /*record=*/!recomputing);
   if (moe_.capacity_factor > 0) {  // the router's backward keeps the full selection; dropped slots get d prob 0
     Tensor kept_probs = ctx.empty(probs.shape(), probs.dtype()), kept = ctx.empty(indices.shape(), DType::I32);
     drop_over_capacity(ctx, kept_probs, kept, probs, indices, moe_);

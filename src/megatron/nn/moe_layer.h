@@ -63,8 +63,9 @@ class MoELayer {
   // x [T, h] -> out [T, h] assigned.
   // rows: where x's rows sit among the micro-batch's sequences (the sequence-level aux loss).
   // timers (null: none): the alltoall dispatcher's exchanges, forward and backward (AllToAllPlan).
+  // recomputing: full recomputation's second forward (the router records nothing again: TopKRouter::forward).
   [[nodiscard]] MoESaved forward(Context& ctx, const Tensor& out, const Tensor& x, bool training,
-                                 const TokenRows& rows = {}, Timers* timers = nullptr) const;
+                                 const TokenRows& rows = {}, Timers* timers = nullptr, bool recomputing = false) const;
   // dx assigned; main grads accumulated; loss_grad_scale: the router losses' gradient scale (moe_router.h).
   void backward(Context& ctx, MoESaved&& saved, const Tensor& dx, const Tensor& dout, double loss_grad_scale);
   void collect_parameters(ParameterList& out);

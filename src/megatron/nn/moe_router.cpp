@@ -93,7 +93,7 @@ void TopKRouter::reset_metrics(Context& ctx) {
 }
 
 RouterSaved TopKRouter::forward(Context& ctx, const Tensor& probs, const Tensor& indices, const Tensor& x,
-                                bool training, const TokenRows& rows) const {
+                                bool training, const TokenRows& rows, bool record) const {
   const int64_t T = x.dim(0), E = moe_.num_experts, k = moe_.topk;
   const DType stats = weight.main_grad.dtype();  // F32, or F64 for F64 parameters
   RouterSaved s;
@@ -107,15 +107,17 @@ RouterSaved TopKRouter::forward(Context& ctx, const Tensor& probs, const Tensor&
                            expert_bias.defined() ? expert_bias.value : Tensor(), options_);
   if (!training) return s;
   if (moe_.sinkhorn) sinkhorn_select(ctx, indices, probs, s.logits, s.scores);
-  if (expert_bias.defined()) ops::expert_token_counts(ctx, local_counts_, indices, /*accumulate=*/true);
+  if (expert_bias.defined() && record) ops::expert_token_counts(ctx, local_counts_, indices, /*accumulate=*/true);
   if (!metrics_.defined()) {
     metrics_ = ctx.empty({kRouterMetrics}, stats);
     ops::fill(ctx, metrics_, 0.0);
   }
+  // A recomputed forward computes what its backward needs (the counts below) into a scratch metrics slot.
+  const Tensor metrics = record ? metrics_ : ctx.empty({kRouterMetrics}, stats);
   if (moe_.z_loss_coeff > 0) {
     Tensor z = ctx.empty({1}, stats);
     ops::router_z_loss_forward(ctx, z, s.logits);
-    Tensor slot = metrics_.slice(kZSlot, kZSlot + 1);
+    Tensor slot = metrics.slice(kZSlot, kZSlot + 1);
     ops::axpby(ctx, slot, z, slot, 1.0 / groups_.tp_cp_size, 1.0);
   }
   if (moe_.aux_losses.empty()) return s;
@@ -132,7 +134,7 @@ RouterSaved TopKRouter::forward(Context& ctx, const Tensor& probs, const Tensor&
   ops::gemm(ctx, column_sums, ones, aux);
   for (const AuxLoss& loss : moe_.aux_losses) {
     if (loss.type == AuxLossType::SeqAuxLoss) {
-      s.counts.push_back(sequence_counts(ctx, aux, aux_indices, rows));
+      s.counts.push_back(sequence_counts(ctx, aux, aux_indices, rows, metrics));
       s.token_totals.push_back(double(rows.seq > 0 ? rows.seq : T) * groups_.cp_size);
       continue;
     }
@@ -151,7 +153,7 @@ RouterSaved TopKRouter::forward(Context& ctx, const Tensor& probs, const Tensor&
     s.counts.push_back(counts);
     s.token_totals.push_back(total);
     // This rank's share of loss / coeff: E / (k T_tot^2) * sum_e column_sums_e * counts_e.
-    Tensor slot = metrics_.slice(global ? kGlobalAuxSlot : kAuxSlot, (global ? kGlobalAuxSlot : kAuxSlot) + 1);
+    Tensor slot = metrics.slice(global ? kGlobalAuxSlot : kAuxSlot, (global ? kGlobalAuxSlot : kAuxSlot) + 1);
     Tensor dot = ctx.empty({1, 1}, stats);
     ops::gemm(ctx, dot, column_sums, counts.view({E, 1}));
     ops::axpby(ctx, slot, dot.view({1}), slot, double(E) / (double(k) * total * total), 1.0);
@@ -159,8 +161,8 @@ RouterSaved TopKRouter::forward(Context& ctx, const Tensor& probs, const Tensor&
   return s;
 }
 
-Tensor TopKRouter::sequence_counts(Context& ctx, const Tensor& aux, const Tensor& aux_indices,
-                                   const TokenRows& rows) const {
+Tensor TopKRouter::sequence_counts(Context& ctx, const Tensor& aux, const Tensor& aux_indices, const TokenRows& rows,
+                                   const Tensor& metrics) const {
   const int64_t T = aux.dim(0), E = moe_.num_experts, k = moe_.topk, seq = rows.seq > 0 ? rows.seq : T;
   const int64_t B = std::max<int64_t>(1, (rows.total_rows > 0 ? rows.total_rows : T) / seq);
   const DType stats = aux.dtype();
@@ -174,7 +176,7 @@ Tensor TopKRouter::sequence_counts(Context& ctx, const Tensor& aux, const Tensor
   if (groups_.tp_cp != nullptr && groups_.tp_cp->size() > 1) groups_.tp_cp->all_reduce(counts, comm::ReduceOp::Sum, ctx.stream());
   // This rank's share of loss / coeff: E / (k T_tot^2 B) sum over its segments of <column sums, counts[b]>.
   const double total = double(seq) * groups_.cp_size;
-  Tensor slot = metrics_.slice(kSeqAuxSlot, kSeqAuxSlot + 1);
+  Tensor slot = metrics.slice(kSeqAuxSlot, kSeqAuxSlot + 1);
   for (const Segment& g : segs) {
     Tensor ones = ctx.empty({1, g.rows}, stats), sums = ctx.empty({1, E}, stats), dot = ctx.empty({1, 1}, stats);
     ops::fill(ctx, ones, 1.0);

@@ -74,8 +74,10 @@ class TopKRouter {
 
   void init(Context& ctx, const TransformerConfig& config);
   // x [T, h] -> probs [T, k] F32 (F64), indices [T, k] I32, both assigned.
+  // record (training only): add the forward's tokens to the expert bias's counts and its losses to metrics();
+  // false when full recomputation runs the same forward a second time, which must not count them twice.
   [[nodiscard]] RouterSaved forward(Context& ctx, const Tensor& probs, const Tensor& indices, const Tensor& x,
-                                    bool training, const TokenRows& rows = {}) const;
+                                    bool training, const TokenRows& rows = {}, bool record = true) const;
   // Aux-loss-free balancing (--moe-router-enable-expert-bias, Megatron's get_updated_expert_bias): once per
   // step, the expert counts this router's training forwards made since the last update, summed over TP x DP x
   // CP, move the bias: b_e += rate * sign(mean(counts) - counts_e). Collective over that group; no-op
@@ -101,8 +103,9 @@ class TopKRouter {
 
  private:
   // seq_aux_loss: the per-sequence counts [B, E] (summed over TP x CP) and this rank's share of loss / coeff
-  // added to the metric slot.
-  Tensor sequence_counts(Context& ctx, const Tensor& aux, const Tensor& aux_indices, const TokenRows& rows) const;
+  // added to the metric slot of `metrics` (metrics_, or a recomputed forward's scratch).
+  Tensor sequence_counts(Context& ctx, const Tensor& aux, const Tensor& aux_indices, const TokenRows& rows,
+                         const Tensor& metrics) const;
   void add_sequence_aux_grad(Context& ctx, const Tensor& dlogits, const RouterSaved& s, const Tensor& counts,
                              double factor) const;
 

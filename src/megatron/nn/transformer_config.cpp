@@ -54,10 +54,6 @@ std::vector<std::string> TransformerConfig::violations(int tp) const {
            params_dtype == DType::F64,
        "parameter dtype must be F32, BF16, F16 or F64 (got ", dtype_name(params_dtype), ")");
   if (fp8.enabled) fp8_violations(tp, v);
-  need(!(recompute.full() && moe.num_experts > 0),
-       "--recompute-granularity full with MoE layers is not supported yet: recomputing a router's forward would "
-       "count its tokens and its load-balancing losses a second time; use --recompute-granularity selective "
-       "--recompute-modules mlp (the dense layers' MLPs)");
   need(recompute.num_layers >= 1, "--recompute-num-layers ", recompute.num_layers, " must be >= 1");
   return v;
 }

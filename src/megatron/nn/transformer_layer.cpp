@@ -91,7 +91,7 @@ TransformerLayerSaved TransformerLayer::forward(Context& ctx, ResidualStream& ou
     const int64_t all_rows = shape.rows() * (tp_.sp() ? tp_.size() : 1);
     saved.moe = moe.forward(ctx, m, ln2, pass.training,
                             {.seq = seq, .first_row = tp_.sp_row_offset(all_rows), .total_rows = all_rows},
-                            pass.timers);
+                            pass.timers, pass.recomputing);
     saved.moe_loss_grad_scale = pass.moe_loss_grad_scale;
   } else {
     saved.mlp = mlp.forward(ctx, m, ln2);

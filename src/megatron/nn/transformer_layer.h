@@ -70,6 +70,9 @@ struct LayerPass {
   int64_t position = 0;
   double moe_loss_grad_scale = 1.0;  // MoE layers: the router losses' gradient scale (moe_router.h)
   Timers* timers = nullptr;          // MoE layers: the token exchange's level-2 timers (null: none)
+  // Full recomputation's second forward of the layer: the same computation; MoE routers do not count their
+  // tokens (expert bias) or losses (the logged metrics) again.
+  bool recomputing = false;
 };
 
 // Where a pass's hidden-dropout masks come from (p = 0: no dropout), kept for the backward: site k is

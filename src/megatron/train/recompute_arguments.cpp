@@ -56,9 +56,6 @@ std::vector<std::string> recompute_violations(const Arguments& a) {
     need(r.recompute_num_layers >= 1 && r.recompute_num_layers <= std::max(1, per_chunk),
          "--recompute-granularity full needs --recompute-num-layers between 1 and the layers of a pipeline chunk (",
          per_chunk, "); got ", r.recompute_num_layers);
-    need(a.moe.num_experts == 0, "--recompute-granularity full with MoE layers (--num-experts ", a.moe.num_experts,
-         ") is not supported yet: recomputing a router's forward would count its tokens and load-balancing losses a "
-         "second time; use --recompute-granularity selective --recompute-modules mlp");
   } else {
     need(r.recompute_num_layers == 0, "--recompute-num-layers must not be given with --recompute-granularity "
                                       "selective (Megatron: it recomputes the named modules of every layer)");
