@@ -63,6 +63,8 @@ TEST(MemoryPlan, PredictsTheMeasuredPeak) {
                           "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"}, kMoe))},
       {"llama bf16 MoE, selective moe_act", with(kLlama, with({"--bf16", "--recompute-granularity", "selective",
                                                                "--recompute-modules", "moe_act"}, kMoe))},
+      {"llama bf16 MoE, selective moe", with(kLlama, with({"--bf16", "--recompute-granularity", "selective",
+                                                            "--recompute-modules", "moe"}, kMoe))},
       {"llama bf16 MoE, full recompute", with(kLlama, with({"--bf16", "--recompute-granularity", "full",
                                                             "--recompute-method", "uniform", "--recompute-num-layers",
                                                             "1"}, kMoe))},

@@ -100,10 +100,13 @@ TEST(Recompute, MoeRecomputationIsBitwiseInvisible) {
                             {{"selective moe_act", {"--recompute-granularity", "selective", "--recompute-modules", "moe_act"}},
                              {"selective moe_act + layernorm", {"--recompute-granularity", "selective",
                                                                 "--recompute-modules", "moe_act", "layernorm"}},
+                             {"selective moe", {"--recompute-granularity", "selective", "--recompute-modules", "moe"}},
                              {"full uniform 1", {"--recompute-granularity", "full", "--recompute-method", "uniform",
                                                  "--recompute-num-layers", "1"}}});
   expect_variants_identical(*world, layouts, {{"moe, sigmoid with expert bias, seq aux and z-loss", biased}}, make_args,
-                            {{"full block 2", {"--recompute-granularity", "full", "--recompute-method", "block",
+                            {{"selective moe + layernorm", {"--recompute-granularity", "selective",
+                                                            "--recompute-modules", "moe", "layernorm"}},
+                             {"full block 2", {"--recompute-granularity", "full", "--recompute-method", "block",
                                                "--recompute-num-layers", "2"}}});
 }
 

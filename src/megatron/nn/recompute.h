@@ -15,6 +15,9 @@
 //                         layer's pre-MLP norm output (the router's and experts' input) is kept;
 //              moe_act    the routed experts keep fc1's output but not the activation of it that fc2 reads: the
 //                         backward applies the activation again (the same kernel) before fc2's backward;
+//              moe        the MoE layer keeps only its input (the pre-MLP norm's output); the backward runs its
+//                         forward again -- router, token dispatch, experts -- with the router recording nothing
+//                         a second time (moe_router.h), then its backward;
 //              core_attn  accepted with nothing to do: the fused attention (cuDNN / the CPU kernel) never stores
 //                         the score matrix, and its output is linear_proj's saved input anyway, which is what
 //                         Megatron's warning about fused attention says.
@@ -45,11 +48,13 @@ struct RecomputeConfig {
   bool mlp = false;          // selective "mlp"
   bool layernorm = false;    // selective "layernorm"
   bool moe_act = false;      // selective "moe_act"
+  bool moe = false;          // selective "moe"
 
   bool full() const { return granularity == RecomputeGranularity::Full; }
   bool selective_mlp() const { return granularity == RecomputeGranularity::Selective && mlp; }
   bool selective_layernorm() const { return granularity == RecomputeGranularity::Selective && layernorm; }
   bool selective_moe_act() const { return granularity == RecomputeGranularity::Selective && moe_act; }
+  bool selective_moe() const { return granularity == RecomputeGranularity::Selective && moe; }
   // Full recomputation's units over a chunk of `layers` layers: [first, first + count) each, in order.
   std::vector<std::pair<int, int>> units(int layers) const;
 };

@@ -20,6 +20,7 @@ TransformerLayer::TransformerLayer(Context& ctx, const std::string& prefix, cons
       seed_(config.seed),
       dropout_p_(float(config.hidden_dropout)),
       recompute_mlp_(config.recompute.selective_mlp()),
+      recompute_moe_(config.recompute.selective_moe()),
       recompute_norms_(config.recompute.selective_layernorm()) {
   if (config.moe.is_moe_layer(layer)) moe = MoELayer(ctx, prefix + ".mlp", config, tp, moe_parallel);
   else mlp = MLP(ctx, prefix + ".mlp", config, tp);
@@ -89,10 +90,14 @@ TransformerLayerSaved TransformerLayer::forward(Context& ctx, ResidualStream& ou
   Tensor m = ctx.empty(shape, dt);
   if (moe.defined()) {
     const int64_t all_rows = shape.rows() * (tp_.sp() ? tp_.size() : 1);
-    saved.moe = moe.forward(ctx, m, ln2, pass.training,
-                            {.seq = seq, .first_row = tp_.sp_row_offset(all_rows), .total_rows = all_rows},
-                            pass.timers, pass.recomputing);
+    const TokenRows rows{.seq = seq, .first_row = tp_.sp_row_offset(all_rows), .total_rows = all_rows};
+    saved.moe = moe.forward(ctx, m, ln2, pass.training, rows, pass.timers, pass.recomputing);
     saved.moe_loss_grad_scale = pass.moe_loss_grad_scale;
+    if (recompute_moe_ && pass.training) {  // keep the input only; the backward runs the MoE layer again
+      saved.moe = MoESaved();
+      saved.mlp_input = ln2;
+      saved.moe_rows = rows;
+    }
   } else {
     saved.mlp = mlp.forward(ctx, m, ln2);
     if (recompute_mlp_ && pass.training) {  // keep the input only; the backward runs the MLP again
@@ -122,9 +127,14 @@ void TransformerLayer::backward(Context& ctx, TransformerLayerSaved&& saved, con
     if (recompute_mlp_) s.mlp_input = ln2;
     else s.mlp.fc1.x = ln2;
   }
-  if (s.mlp_input.defined()) {  // selective recomputation: the MLP's forward again (its output is not needed)
+  if (s.mlp_input.defined() && !moe.defined()) {  // selective mlp: the MLP's forward again (its output unused)
     Tensor unused = ctx.empty(shape, dt);
     s.mlp = mlp.forward(ctx, unused, s.mlp_input);
+    s.mlp_input = Tensor();
+  }
+  if (moe.defined() && s.mlp_input.defined()) {  // selective "moe": the layer's forward again, recording nothing
+    Tensor unused = ctx.empty(shape, dt);
+    s.moe = moe.forward(ctx, unused, s.mlp_input, /*training=*/true, s.moe_rows, nullptr, /*recomputing=*/true);
     s.mlp_input = Tensor();
   }
   if (moe.defined()) moe.backward(ctx, std::move(s.moe), dln2, dm, s.moe_loss_grad_scale);

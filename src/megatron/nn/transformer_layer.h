@@ -87,7 +87,9 @@ struct TransformerLayerSaved {
   NormSaved pre_mlp_norm;
   MLPSaved mlp;  // dense layers
   MoESaved moe;  // MoE layers
-  Tensor mlp_input;  // selective recomputation of the dense MLP: its input, `mlp` left empty until the backward
+  Tensor mlp_input;  // selective recomputation of the dense MLP (or the MoE layer): its input, `mlp` (`moe`) left
+                     // empty until the backward
+  TokenRows moe_rows;  // selective "moe": the MoE layer's token rows, for its forward again
   // Selective recomputation of the norms: their outputs were dropped from QKV's saved input (input_norm_dropped)
   // and from fc1's or the recomputed MLP's input (pre_mlp_norm_dropped); the backward normalises again.
   bool input_norm_dropped = false, pre_mlp_norm_dropped = false;
@@ -133,6 +135,7 @@ class TransformerLayer {
   uint64_t seed_ = 0;
   float dropout_p_ = 0.0f;
   bool recompute_mlp_ = false;  // selective recomputation of the dense MLP (recompute.h)
+  bool recompute_moe_ = false;  // selective recomputation of the MoE layer (recompute.h)
   bool recompute_norms_ = false;  // selective recomputation of the norms' outputs (recompute.h)
 };
 

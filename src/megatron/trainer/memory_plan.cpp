@@ -69,6 +69,7 @@ struct MoeDims {
   double etp = 1;
   double expert_dp = 1;    // the expert-data-parallel ranks their gradients and optimizer state are sharded over
   bool recompute_act = false;
+  bool recompute_layer = false;  // selective "moe": the layer keeps its input and runs again in the backward
   int aux_losses = 0;
 };
 
@@ -85,6 +86,7 @@ MoeDims moe_dims_of(const train::Arguments& a, const Dims& x) {
   m.shared_F = double(m.config.shared_expert_ffn) / x.t;
   m.expert_dp = std::max(1.0, double(p.world_size) / (p.pipeline_model_parallel_size * ep * m.etp));
   m.recompute_act = train::recompute_config(a).selective_moe_act();
+  m.recompute_layer = train::recompute_config(a).selective_moe();
   m.aux_losses = int(m.config.aux_losses.size());
   return m;
 }
@@ -171,6 +173,7 @@ double moe_saved(const Dims& x, const MoeDims& m) {
 double layer_saved(const Dims& x, const MoeDims& moe, bool moe_layer, bool fp8, bool recompute_mlp,
                    bool recompute_norms) {
   const double b = attention_saved(x, fp8, recompute_norms);
+  if (moe_layer && moe.recompute_layer) return b + x.tensor(x.region, x.h, x.e);  // selective "moe": its input
   if (moe_layer) return b + moe_saved(x, moe);
   const double norm_output = recompute_norms ? 0 : x.tensor(x.region, x.h, x.e);
   if (recompute_mlp) return b + norm_output;  // the MLP's input only
@@ -184,7 +187,8 @@ double layer_backward_working(const Dims& x, const MoeDims& moe, bool moe_layer)
   const double hidden = 3 * x.tensor(x.T, x.h, x.e);
   if (!moe_layer) return x.tensor(x.T, x.k * x.F / x.t, x.e) + x.tensor(x.T, x.F / x.t, x.e) + hidden;
   const double R = x.region * moe.topk * moe.etp;
-  return 2 * x.tensor(R, x.h, x.e) + x.tensor(R, x.k * moe.F, x.e) + x.tensor(R, moe.F, x.e) + hidden;
+  const double rebuilt = moe.recompute_layer ? moe_saved(x, moe) - x.tensor(x.region, x.h, x.e) : 0;  // selective "moe"
+  return 2 * x.tensor(R, x.h, x.e) + x.tensor(R, x.k * moe.F, x.e) + x.tensor(R, moe.F, x.e) + hidden + rebuilt;
 }
 
 // The loss head of a micro-batch: the final norm's input and output, the logits (their gradient in place), the
