@@ -101,6 +101,8 @@ TEST(Recompute, MoeRecomputationIsBitwiseInvisible) {
                              {"selective moe_act + layernorm", {"--recompute-granularity", "selective",
                                                                 "--recompute-modules", "moe_act", "layernorm"}},
                              {"selective moe", {"--recompute-granularity", "selective", "--recompute-modules", "moe"}},
+                             {"selective shared_experts", {"--recompute-granularity", "selective", "--recompute-modules",
+                                                           "shared_experts"}},
                              {"full uniform 1", {"--recompute-granularity", "full", "--recompute-method", "uniform",
                                                  "--recompute-num-layers", "1"}}});
   expect_variants_identical(*world, layouts, {{"moe, sigmoid with expert bias, seq aux and z-loss", biased}}, make_args,

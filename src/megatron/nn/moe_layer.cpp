@@ -41,7 +41,8 @@ MoELayer::MoELayer(Context& ctx, const std::string& prefix, const TransformerCon
     : router(ctx, prefix + ".router", config, tp, parallel.router),
       experts(ctx, prefix + ".experts", config, parallel.experts),
       parallel_(parallel),
-      moe_(config.moe) {
+      moe_(config.moe),
+      recompute_shared_(config.recompute.selective_shared_experts()) {
   if (moe_.shared_expert_ffn > 0)
     shared_experts = std::make_unique<MLP>(ctx, prefix + ".shared_experts", shared_expert_config(config), tp);
 }
@@ -91,6 +92,10 @@ MoESaved MoELayer::forward(Context& ctx, const Tensor& out, const Tensor& x_in, 
     Tensor shared = ctx.empty({T, h}, x.dtype());
     s.shared = shared_experts->forward(ctx, shared, x);
     ops::add(ctx, y, y, shared);
+    if (recompute_shared_ && training) {  // the backward runs them again from their input, the router's
+      s.shared = MLPSaved();
+      s.shared_dropped = true;
+    }
   }
   return s;
 }
@@ -149,6 +154,10 @@ void MoELayer::backward(Context& ctx, MoESaved&& saved, const Tensor& dx_out, co
                         double loss_grad_scale) {
   MoESaved s = std::move(saved);
   const int64_t T = s.tokens, h = dout_in.numel() / T, k = moe_.topk;
+  if (s.shared_dropped) {  // selective "shared_experts": their forward again (before the router's input is released)
+    Tensor unused = ctx.empty({T, h}, dout_in.dtype());
+    s.shared = shared_experts->forward(ctx, unused, s.router.x);
+  }
   const Tensor dout = dout_in.view({T, h}), dx = dx_out.view({T, h});
   comm::Communicator* group = s.plan ? nullptr : parallel_.dispatch;
   const Tensor doutg = gather_rows(ctx, group, dout);

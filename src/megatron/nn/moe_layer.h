@@ -50,6 +50,7 @@ struct MoESaved {
   std::shared_ptr<const ExpertTpExchange> etp;  // alltoall with expert TP: the peers' row counts
   ExpertsSaved experts;
   MLPSaved shared;
+  bool shared_dropped = false;  // selective "shared_experts": `shared` is made again by the backward
   int64_t tokens = 0;  // T
 };
 
@@ -87,6 +88,7 @@ class MoELayer {
 
   MoeParallel parallel_;
   MoeConfig moe_;
+  bool recompute_shared_ = false;  // selective "shared_experts" (recompute.h)
 };
 
 }  // namespace megatron::nn

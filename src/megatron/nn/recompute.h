@@ -18,6 +18,8 @@
 //              moe        the MoE layer keeps only its input (the pre-MLP norm's output); the backward runs its
 //                         forward again -- router, token dispatch, experts -- with the router recording nothing
 //                         a second time (moe_router.h), then its backward;
+//              shared_experts  an MoE layer's shared experts keep nothing (their input is the router's, kept);
+//                         the backward runs their MLP forward again before its backward;
 //              core_attn  accepted with nothing to do: the fused attention (cuDNN / the CPU kernel) never stores
 //                         the score matrix, and its output is linear_proj's saved input anyway, which is what
 //                         Megatron's warning about fused attention says.
@@ -49,12 +51,14 @@ struct RecomputeConfig {
   bool layernorm = false;    // selective "layernorm"
   bool moe_act = false;      // selective "moe_act"
   bool moe = false;          // selective "moe"
+  bool shared_experts = false;  // selective "shared_experts"
 
   bool full() const { return granularity == RecomputeGranularity::Full; }
   bool selective_mlp() const { return granularity == RecomputeGranularity::Selective && mlp; }
   bool selective_layernorm() const { return granularity == RecomputeGranularity::Selective && layernorm; }
   bool selective_moe_act() const { return granularity == RecomputeGranularity::Selective && moe_act; }
   bool selective_moe() const { return granularity == RecomputeGranularity::Selective && moe; }
+  bool selective_shared_experts() const { return granularity == RecomputeGranularity::Selective && shared_experts; }
   // Full recomputation's units over a chunk of `layers` layers: [first, first + count) each, in order.
   std::vector<std::pair<int, int>> units(int layers) const;
 };

@@ -270,7 +270,7 @@ std::vector<FlagSpec> recompute_flags() {
       flag("--recompute-num-layers", &A::recompute, &R::recompute_num_layers,
            "full: layers per unit (uniform) or recomputed layers per pipeline chunk (block)"),
       flag("--recompute-modules", &A::recompute, &R::recompute_modules,
-           "selective: the modules recomputed (default core_attn): core_attn, mlp, layernorm, moe_act, moe"),
+           "selective: the modules recomputed (default core_attn): core_attn, mlp, layernorm, moe_act, moe, shared_experts"),
       flag("--distribute-saved-activations", &A::recompute, &R::distribute_saved_activations,
            "full recompute under TP without SP: split the saved layer inputs over TP, gathered again to recompute"),
   };

@@ -22,11 +22,9 @@ std::vector<std::string> modules(const RecomputeArguments& r) {
 // Megatron's module names this implementation has no recomputation for, with the reason.
 void refused_modules(const std::vector<std::string>& names, std::vector<std::string>& v) {
   for (const std::string& m : names) {
-    if (m == "core_attn" || m == "mlp" || m == "layernorm" || m == "moe_act" || m == "moe") continue;
-    if (m == "shared_experts")
-      v.push_back("--recompute-modules shared_experts is not supported yet: use moe (the whole MoE layer, its "
-                  "shared experts included)");
-    else if (m == "mla_up_proj" || m == "gdn_norm_out" || m == "gdp_in_proj" || m == "gdp_qkv" || m == "mhc")
+    if (m == "core_attn" || m == "mlp" || m == "layernorm" || m == "moe_act" || m == "moe" || m == "shared_experts")
+      continue;
+    if (m == "mla_up_proj" || m == "gdn_norm_out" || m == "gdp_in_proj" || m == "gdp_qkv" || m == "mhc")
       v.push_back("--recompute-modules " + m + " belongs to an attention variant this implementation does not have");
     else
       v.push_back("--recompute-modules '" + m + "' is not one of Megatron's modules (core_attn, mlp, layernorm, "
@@ -86,6 +84,7 @@ nn::RecomputeConfig recompute_config(const Arguments& a) {
     c.layernorm = std::find(m.begin(), m.end(), "layernorm") != m.end();
     c.moe_act = std::find(m.begin(), m.end(), "moe_act") != m.end();
     c.moe = std::find(m.begin(), m.end(), "moe") != m.end();
+    c.shared_experts = std::find(m.begin(), m.end(), "shared_experts") != m.end();
   }
   return c;
 }

@@ -70,6 +70,7 @@ struct MoeDims {
   double expert_dp = 1;    // the expert-data-parallel ranks their gradients and optimizer state are sharded over
   bool recompute_act = false;
   bool recompute_layer = false;  // selective "moe": the layer keeps its input and runs again in the backward
+  bool recompute_shared = false;  // selective "shared_experts"
   int aux_losses = 0;
 };
 
@@ -87,6 +88,7 @@ MoeDims moe_dims_of(const train::Arguments& a, const Dims& x) {
   m.expert_dp = std::max(1.0, double(p.world_size) / (p.pipeline_model_parallel_size * ep * m.etp));
   m.recompute_act = train::recompute_config(a).selective_moe_act();
   m.recompute_layer = train::recompute_config(a).selective_moe();
+  m.recompute_shared = train::recompute_config(a).selective_shared_experts();
   m.aux_losses = int(m.config.aux_losses.size());
   return m;
 }
@@ -166,7 +168,7 @@ double moe_saved(const Dims& x, const MoeDims& m) {
   double b = x.tensor(T, x.h, x.e) + 2 * x.tensor(T, E, 4) + 3 * x.tensor(T, m.topk, 4) + m.aux_losses * x.tensor(1, E, 4);
   b += x.tensor(R, x.h, x.e) + x.tensor(R, x.k * m.F, x.e) + (m.recompute_act ? 0 : x.tensor(R, m.F, x.e));
   b += x.tensor(T * m.topk, x.h, x.e);
-  if (m.shared_F > 0) b += x.tensor(T, x.k * m.shared_F, x.e) + x.tensor(T, m.shared_F, x.e);
+  if (m.shared_F > 0 && !m.recompute_shared) b += x.tensor(T, x.k * m.shared_F, x.e) + x.tensor(T, m.shared_F, x.e);
   return b;
 }
 
@@ -187,7 +189,9 @@ double layer_backward_working(const Dims& x, const MoeDims& moe, bool moe_layer)
   const double hidden = 3 * x.tensor(x.T, x.h, x.e);
   if (!moe_layer) return x.tensor(x.T, x.k * x.F / x.t, x.e) + x.tensor(x.T, x.F / x.t, x.e) + hidden;
   const double R = x.region * moe.topk * moe.etp;
-  const double rebuilt = moe.recompute_layer ? moe_saved(x, moe) - x.tensor(x.region, x.h, x.e) : 0;  // selective "moe"
+  double rebuilt = moe.recompute_layer ? moe_saved(x, moe) - x.tensor(x.region, x.h, x.e) : 0;  // selective "moe"
+  if (moe.recompute_shared && moe.shared_F > 0)  // selective "shared_experts": their fc1 output and activation
+    rebuilt += x.tensor(x.region, x.k * moe.shared_F, x.e) + x.tensor(x.region, moe.shared_F, x.e);
   return 2 * x.tensor(R, x.h, x.e) + x.tensor(R, x.k * moe.F, x.e) + x.tensor(R, moe.F, x.e) + hidden + rebuilt;
 }
 
