@@ -218,19 +218,25 @@ TEST(HfConvert, Qwen2ModelHasOnlyTheQkvBias) {
   fs::remove_all(dir);
 }
 
-// Checkpoints saved before --add-qkv-bias existed have no such arg: they load as models without it, and only
-// those.
-TEST(HfConvert, CheckpointsWithoutAddQkvBiasLoadAsWithout) {
+// A checkpoint saved before the architecture flag `key` existed has no such arg: it loads as a model without the
+// flag, and a model with it (`enable`) differs by exactly that flag.
+void expect_checkpoints_without_load_as_without(const std::string& key, const std::string& flag,
+                                                const std::function<void(nn::TransformerConfig&)>& enable) {
   nn::TransformerConfig config = train::transformer_config(arguments_from_hf(llama_config("llama", false, 2)).model,
                                                            DType::F32, 1);
   json saved = json::object();
-  for (const auto& [key, value] : architecture_values(config)) saved[key] = value;
-  saved.erase("add_qkv_bias");
+  for (const auto& [k, value] : architecture_values(config)) saved[k] = value;
+  saved.erase(key);
   EXPECT_TRUE(architecture_differences(saved, config).empty());
-  config.add_qkv_bias = true;
+  enable(config);
   const std::vector<std::string> diffs = architecture_differences(saved, config);
   ASSERT_EQ(diffs.size(), 1u);
-  EXPECT_NE(diffs[0].find("--add-qkv-bias"), std::string::npos) << diffs[0];
+  EXPECT_NE(diffs[0].find(flag), std::string::npos) << diffs[0];
+}
+
+TEST(HfConvert, CheckpointsWithoutAddQkvBiasLoadAsWithout) {
+  expect_checkpoints_without_load_as_without("add_qkv_bias", "--add-qkv-bias",
+                                             [](nn::TransformerConfig& c) { c.add_qkv_bias = true; });
 }
 
 // --apply-layernorm-1p keeps every norm weight centred on 0: an import stores the HF scales minus 1 (every other
@@ -268,16 +274,8 @@ TEST(HfConvert, ApplyLayernorm1pStoresTheNormScalesMinusOne) {
       for (int64_t i = 0; i < t.numel(); ++i) ASSERT_NEAR(got[i], want[i], 1e-6) << name << " " << i;
     }
   }
-  nn::TransformerConfig config = train::transformer_config(arguments_from_hf(llama_config("llama", false, 2)).model,
-                                                           DType::F32, 1);
-  json saved = json::object();
-  for (const auto& [key, value] : architecture_values(config)) saved[key] = value;
-  saved.erase("apply_layernorm_1p");
-  EXPECT_TRUE(architecture_differences(saved, config).empty());
-  config.norm_zero_centered_gamma = true;
-  const std::vector<std::string> diffs = architecture_differences(saved, config);
-  ASSERT_EQ(diffs.size(), 1u);
-  EXPECT_NE(diffs[0].find("--apply-layernorm-1p"), std::string::npos) << diffs[0];
+  expect_checkpoints_without_load_as_without("apply_layernorm_1p", "--apply-layernorm-1p",
+                                             [](nn::TransformerConfig& c) { c.norm_zero_centered_gamma = true; });
 }
 
 // config.json fields of the wrong type or size (found by fuzz_hf_config): errors naming the field, not
