@@ -188,5 +188,34 @@ TEST(LayoutSearch, ListsOnlyValidLayoutsThatFitFastestFirst) {
   EXPECT_NE(describe(capped, base, 4, cap).find("est. step s"), std::string::npos);
 }
 
+// An MoE model's layouts try every expert-parallel size dividing its experts: for the same split and recomputation
+// a larger EP holds fewer experts (their weights and gradient buffers; the distributed optimizer's share of their
+// state is the same), so its peak is lower, and a cap just under EP = 1's peak keeps EP = 2 and 4 there. The
+// table shows the EP column.
+TEST(LayoutSearch, MoeModelsTryEveryExpertParallelSize) {
+  std::vector<std::string> flags = kLlama;
+  flags.insert(flags.end(), {"--bf16", "--global-batch-size", "8", "--num-layers", "4"});
+  flags.insert(flags.end(), kMoe.begin(), kMoe.end());
+  const train::Arguments base = make_args(flags);
+  const std::vector<LayoutCandidate> all = search_layouts(base, 4, 1e12);
+  const auto find = [&](const std::vector<LayoutCandidate>& list, int ep) -> const LayoutCandidate* {
+    for (const LayoutCandidate& c : list)
+      if (c.tp == 1 && c.pp == 1 && c.cp == 1 && c.ep == ep && c.recompute == "none" && c.state == "distributed optimizer")
+        return &c;
+    return nullptr;
+  };
+  const LayoutCandidate *ep1 = find(all, 1), *ep2 = find(all, 2), *ep4 = find(all, 4);
+  ASSERT_TRUE(ep1 != nullptr && ep2 != nullptr && ep4 != nullptr);
+  EXPECT_GT(ep1->peak_bytes, ep2->peak_bytes);
+  EXPECT_GT(ep2->peak_bytes, ep4->peak_bytes);
+  for (const LayoutCandidate& c : all) EXPECT_EQ(4 % c.ep, 0) << c.ep;
+  const double cap = ep1->peak_bytes - 1;
+  const std::vector<LayoutCandidate> capped = search_layouts(base, 4, cap);
+  EXPECT_EQ(find(capped, 1), nullptr);
+  EXPECT_NE(find(capped, 2), nullptr);
+  EXPECT_NE(find(capped, 4), nullptr);
+  EXPECT_NE(describe(all, base, 4, 1e12).find("   EP  recompute"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace megatron::trainer

@@ -6,6 +6,7 @@
 
 #include "megatron/core/error.h"
 #include "megatron/train/flops.h"
+#include "megatron/train/model_config.h"
 #include "megatron/trainer/memory_plan.h"
 
 namespace megatron::trainer {
@@ -20,25 +21,32 @@ constexpr double kFsdpExposedShare = 0.58;
 constexpr double kHostUpdateParamsPerSecond = 2.6e9;  // the 0.89B at offload 1.0 on one H200 host (16 cores)
 constexpr double kOffloadFractions[] = {0.25, 0.5, 0.75, 1.0};
 
-// The model's parameters (norms and biases left out), from the terms of Megatron's FLOPs formula.
+// The model's parameters (norms and biases left out), from the terms of Megatron's FLOPs formula; an MoE layer's
+// MLP is its experts' and shared experts' (every expert: what FSDP gathers and an offload updates).
 double model_parameters(const train::Arguments& a) {
   const train::ModelArguments& m = a.model;
   const double k = m.swiglu ? 3 : 2;
-  const double layers = m.num_layers * (double(m.hidden_size) * k * m.ffn_hidden_size +
-                                        double(m.hidden_size) * m.kv_channels *
-                                            (2.0 * m.num_attention_heads + 2.0 * m.num_query_groups));
+  const nn::MoeConfig moe = train::moe_config(a.moe, m);
+  double layers = 0;
+  for (int i = 0; i < m.num_layers; ++i) {
+    const double mlp = moe.is_moe_layer(i)
+                           ? double(m.hidden_size) * k * (moe.num_experts * double(moe.ffn_hidden_size) + moe.shared_expert_ffn)
+                           : double(m.hidden_size) * k * m.ffn_hidden_size;
+    layers += mlp + double(m.hidden_size) * m.kv_channels * (2.0 * m.num_attention_heads + 2.0 * m.num_query_groups);
+  }
   const double embeddings = double(m.hidden_size) * a.padded_vocab_size() *
                             (m.untie_embeddings_and_output_weights ? 2 : 1);
   return layers + embeddings;
 }
 
 // The flags of one candidate, validated; false when Megatron's rules refuse it (the reason in *refusal).
-bool candidate_args(const train::Arguments& base, int gpus, int tp, int pp, int cp, const std::string& recompute,
+bool candidate_args(const train::Arguments& base, int gpus, int tp, int pp, int cp, int ep, const std::string& recompute,
                     bool fsdp, double offload, train::Arguments& out, std::string* refusal = nullptr) {
   out = base;
   train::ParallelArguments& p = out.parallel;
   p.world_size = gpus;
   p.tensor_model_parallel_size = tp;
+  p.expert_model_parallel_size = ep;
   p.pipeline_model_parallel_size = pp;
   p.context_parallel_size = cp;
   p.sequence_parallel = tp > 1;
@@ -110,22 +118,34 @@ std::vector<int> powers_of_two_up_to(int n) {
 
 }  // namespace
 
+// The expert-parallel sizes to try: for an MoE model every power of two dividing the experts (validation keeps
+// those that divide the ranks); else the flags' own (1).
+std::vector<int> expert_parallel_sizes(const train::Arguments& base, int gpus) {
+  if (base.moe.num_experts <= 0) return {base.parallel.expert_model_parallel_size};
+  std::vector<int> out;
+  for (int ep : powers_of_two_up_to(gpus))
+    if (base.moe.num_experts % ep == 0) out.push_back(ep);
+  return out;
+}
+
 std::vector<LayoutCandidate> search_layouts(const train::Arguments& base, int gpus, double gpu_bytes) {
   std::vector<LayoutCandidate> out;
   for (int tp : powers_of_two_up_to(std::min(gpus, 8)))
     for (int pp = 1; pp <= std::min(gpus / tp, base.model.num_layers); ++pp)
       for (int cp : powers_of_two_up_to(gpus / (tp * pp)))
+        for (int ep : expert_parallel_sizes(base, gpus))
         for (const char* recompute : {"none", "selective mlp", "full"}) {
           if (gpus % (tp * pp * cp) != 0) continue;
           // The distributed optimizer, else the smallest offload that fits; and FSDP where DP > 1.
           const auto consider = [&](bool fsdp, double offload, const std::string& state) {
             train::Arguments a;
-            if (!candidate_args(base, gpus, tp, pp, cp, recompute, fsdp, offload, a)) return false;
+            if (!candidate_args(base, gpus, tp, pp, cp, ep, recompute, fsdp, offload, a)) return false;
             if (fsdp && a.data_parallel_size() == 1) return false;
             const double peak = plan_memory(a).worst().peak;
             if (peak > gpu_bytes) return false;
-            out.push_back({.tp = tp, .pp = pp, .cp = cp, .dp = a.data_parallel_size(), .recompute = recompute,
-                           .state = state, .peak_bytes = peak, .step_seconds = step_seconds(a, recompute)});
+            out.push_back({.tp = tp, .pp = pp, .cp = cp, .dp = a.data_parallel_size(), .ep = ep,
+                           .recompute = recompute, .state = state, .peak_bytes = peak,
+                           .step_seconds = step_seconds(a, recompute)});
             return true;
           };
           if (!consider(false, 0, "distributed optimizer"))
@@ -139,6 +159,7 @@ std::vector<LayoutCandidate> search_layouts(const train::Arguments& base, int gp
   std::sort(out.begin(), out.end(), [](const LayoutCandidate& x, const LayoutCandidate& y) {
     if (x.step_seconds != y.step_seconds) return x.step_seconds < y.step_seconds;
     if (x.dp != y.dp) return x.dp > y.dp;
+    if (x.ep != y.ep) return x.ep < y.ep;
     return x.peak_bytes < y.peak_bytes;
   });
   return out;
@@ -154,7 +175,7 @@ std::string describe(const std::vector<LayoutCandidate>& layouts, const train::A
     // Flags that no layout can make valid (a missing --train-iters, say) are not a memory problem: say which.
     train::Arguments plain;
     std::string refusal;
-    if (!candidate_args(base, gpus, 1, 1, 1, "none", false, 0, plain, &refusal))
+    if (!candidate_args(base, gpus, 1, 1, 1, 1, "none", false, 0, plain, &refusal))
       out << "  none: the flags are refused even as plain data parallelism over " << gpus << " GPUs: " << refusal
           << "\n";
     else
@@ -163,14 +184,18 @@ std::string describe(const std::vector<LayoutCandidate>& layouts, const train::A
     return out.str();
   }
   char line[200];
-  std::snprintf(line, sizeof line, "  %4s %4s %4s %4s  %-14s %-22s %10s %12s %14s\n", "TP", "PP", "CP", "DP",
-                "recompute", "model state", "peak GiB", "est. step s", "est. tokens/s");
+  const bool moe = base.moe.num_experts > 0;  // an EP column
+  std::snprintf(line, sizeof line, "  %4s %4s %4s %4s%s  %-14s %-22s %10s %12s %14s\n", "TP", "PP", "CP", "DP",
+                moe ? "   EP" : "", "recompute", "model state", "peak GiB", "est. step s", "est. tokens/s");
   out << line;
   const double tokens = double(base.training.global_batch_size) * base.model.seq_length;
   for (size_t i = 0; i < std::min<size_t>(layouts.size(), 12); ++i) {
     const LayoutCandidate& c = layouts[i];
-    std::snprintf(line, sizeof line, "  %4d %4d %4d %4d  %-14s %-22s %10.2f %12.3f %14.0f\n", c.tp, c.pp, c.cp, c.dp,
-                  c.recompute.c_str(), c.state.c_str(), c.peak_bytes / gib, c.step_seconds, tokens / c.step_seconds);
+    char ep[16] = "";
+    if (moe) std::snprintf(ep, sizeof ep, " %4d", c.ep);
+    std::snprintf(line, sizeof line, "  %4d %4d %4d %4d%s  %-14s %-22s %10.2f %12.3f %14.0f\n", c.tp, c.pp, c.cp, c.dp,
+                  ep, c.recompute.c_str(), c.state.c_str(), c.peak_bytes / gib, c.step_seconds,
+                  tokens / c.step_seconds);
     out << line;
   }
   if (layouts.size() > 12) out << "  ... and " << layouts.size() - 12 << " more that fit\n";

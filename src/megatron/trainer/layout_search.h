@@ -1,6 +1,8 @@
 // Which layouts of a model fit a number of GPUs, best first (`pretrain_gpt ... --dry-run-layouts N`): every
 // TP x PP x CP x DP split of N GPUs the flags' model and batch allow (Megatron's divisibility rules, checked by
-// the same validation as a real launch), each with no, selective (mlp) and full recomputation, sequence
+// the same validation as a real launch) -- for an MoE model with every expert-parallel size (a power of two
+// dividing the experts; --expert-tensor-parallel-size as given) -- each with no, selective (mlp) and full
+// recomputation, sequence
 // parallelism on, and the model state kept three ways: the distributed optimizer; Megatron FSDP
 // (optim_grads_params, both overlap flags) where DP > 1; and, where the distributed optimizer does not fit, the
 // same with the smallest optimizer CPU offload fraction of 0.25, 0.5, 0.75, 1 that fits. The memory plan
@@ -19,6 +21,8 @@
 //             (both measured at Llama-3-8B DP = 2 on 2 H200s, bench/RESULTS.md: the one calibration point);
 //   optimizer offload: the host update of the offloaded masters and moments at 0.74 G parameters/s, not
 //             overlapped (measured on the H100 machine's host: 1.2 s for 0.89 B);
+//   expert parallelism: its token all-to-alls are not counted (on 2 H200s EP=2 kept 94-96% of EP=1's tokens/s
+//             per GPU, bench/RESULTS.md), so equal estimates list the smaller EP first;
 //   data and context parallelism otherwise: overlapped with compute (their collectives are not counted; context
 //             parallelism's ring slows attention by 6-34% on one GPU, bench/RESULTS.md, which this leaves out,
 //             so equal estimates list more data parallelism first).
@@ -33,6 +37,7 @@ namespace megatron::trainer {
 
 struct LayoutCandidate {
   int tp = 1, pp = 1, cp = 1, dp = 1;
+  int ep = 1;                // expert parallelism (MoE models; it folds over DP x CP x TP)
   std::string recompute;     // "none", "selective mlp", "full"
   std::string state;         // "distributed optimizer", "fsdp", "offload 0.25" ... "offload 1"
   double peak_bytes = 0;     // the memory plan's worst rank
