@@ -13,6 +13,16 @@
 
 namespace megatron::optim {
 
+namespace {
+
+// `config` at another learning rate (--decoupled-lr's entries).
+ops::AdamWConfig at_lr(ops::AdamWConfig config, double lr) {
+  config.lr = float(lr);
+  return config;
+}
+
+}  // namespace
+
 AdamW::AdamW(Context& ctx, std::vector<AdamWParam> params, const AdamWOptions& options) : options_(options) {
   MEGATRON_CHECK(options.offload_fraction >= 0.0 && options.offload_fraction <= 1.0,
                  "AdamW: offload_fraction ", options.offload_fraction, " must be within [0, 1]");
@@ -60,12 +70,6 @@ AdamW::~AdamW() = default;
 AdamW::AdamW(AdamW&&) noexcept = default;
 AdamW& AdamW::operator=(AdamW&&) noexcept = default;
 
-ops::AdamWConfig AdamW::config_of(size_t i, const ops::AdamWConfig& config, std::optional<double> decoupled_lr) const {
-  ops::AdamWConfig c = config;
-  if (decoupled_lr && entries_[i].source.embedding_or_output) c.lr = float(*decoupled_lr);
-  return c;
-}
-
 void AdamW::step(Context& ctx, double lr, double weight_decay, float grad_scale, std::optional<double> decoupled_lr) {
   if (fence_) {  // an asynchronous reader of the state (--async-save's copies) goes first
     std::function<void(Context&)> fence = std::move(fence_);
@@ -112,11 +116,7 @@ void AdamW::step(Context& ctx, double lr, double weight_decay, float grad_scale,
     for (size_t i : offloaded) copy_gradient_to_host(ctx, i);
   }
   if (!tensors.empty()) ops::adamw_step(ctx, tensors, config);
-  if (!decoupled.empty()) {
-    ops::AdamWConfig c = config;
-    c.lr = float(*decoupled_lr);
-    ops::adamw_step(ctx, decoupled, c);
-  }
+  if (!decoupled.empty()) ops::adamw_step(ctx, decoupled, at_lr(config, *decoupled_lr));
   if (!offloaded.empty()) step_offloaded(ctx, offloaded, config, weight_decay, decoupled_lr);
 }
 
@@ -229,11 +229,7 @@ void AdamW::step_offloaded(Context& ctx, const std::vector<size_t>& entries, con
       (decoupled_lr && entries_[i].source.embedding_or_output ? decoupled : tensors).push_back(host_tensors(i));
     }
     if (!tensors.empty()) ops::adamw_step(host(ctx), tensors, config);
-    if (!decoupled.empty()) {
-      ops::AdamWConfig c = config;
-      c.lr = float(*decoupled_lr);
-      ops::adamw_step(host(ctx), decoupled, c);
-    }
+    if (!decoupled.empty()) ops::adamw_step(host(ctx), decoupled, at_lr(config, *decoupled_lr));
     for (size_t i : entries) copy_tensor(ctx, entries_[i].source.param.view({entries_[i].source.param.numel()}),
                                          entries_[i].param_host);
     discard_gradient_prefetches();
@@ -243,7 +239,8 @@ void AdamW::step_offloaded(Context& ctx, const std::vector<size_t>& entries, con
   for (size_t i : copy_order_) {
     Entry& e = entries_[i];
     streams_->copied[i]->synchronize();
-    ops::adamw_step(host(ctx), {host_tensors(i)}, config_of(i, config, decoupled_lr));
+    const bool own_rate = decoupled_lr && e.source.embedding_or_output;
+    ops::adamw_step(host(ctx), {host_tensors(i)}, own_rate ? at_lr(config, *decoupled_lr) : config);
     CUDA_CHECK_MSG(cudaMemcpyAsync(e.source.param.data_ptr(), e.param_host.data_ptr(), e.param_host.nbytes(),
                                    cudaMemcpyHostToDevice, streams_->to_device.get()),
                    " (updated offloaded parameter -> ", e.source.param.describe(), ")");

@@ -127,8 +127,6 @@ class AdamW {
   Context& host(Context& ctx);
   void step_offloaded(Context& ctx, const std::vector<size_t>& entries, const ops::AdamWConfig& config,
                       double weight_decay, std::optional<double> decoupled_lr);
-  // The config of entry i's update: `config` with its lr replaced by decoupled_lr for an embedding_or_output entry.
-  ops::AdamWConfig config_of(size_t i, const ops::AdamWConfig& config, std::optional<double> decoupled_lr) const;
 
   std::vector<Entry> entries_;
   std::vector<size_t> copy_order_;  // offloaded entries whose gradient copy is queued, in queuing order
