@@ -7,8 +7,16 @@
 #           recomputation; 163840 plans 134, 196608 142; 65536 without recomputation plans 237), GBS 1, 3 iterations.
 #   small   the Llama-style 0.89B at seq 16384 on real text (.deps/data's fortunes, GPT-2 BPE, tokenised here if
 #           needed), mbs 1, GBS 8, 50 iterations: one GPU (CP=1) against CP=2 (p2p), tokens/s per GPU and losses.
+#   packed  the 0.89B at seq 65536 on packed variable-length documents (.deps/docs re-cut into documents of 1k-64k
+#           tokens by scripts/gpu/recut_documents.py; --reset-attention-mask --reset-position-ids
+#           --calculate-per-token-loss), mbs 1, GBS 8, ITERS_PACKED (default 8) iterations: fixed CP=2 against
+#           dynamic CP (--hybrid-context-parallel --max-seqlen-per-dp-cp-rank 32768: a micro-batch whose longest
+#           document fits 32768 tokens runs whole on one rank, side by side with another). Each rank's
+#           forward-backward time comes from the level-1 timers (--timing-log-option all, every iteration); a
+#           rank's idle time is the slowest rank's forward-backward minus its own (it waits for it at the gradient
+#           reduction), summed over iterations 3 on.
 # Each run's log is $OUT/cp_<name>.log; a table is printed last (MFU by Megatron's formula, attention included).
-#   scripts/gpu/cp_bench.sh [8b] [longest] [small]   (ITERS_8B=4, ITERS_SMALL=50, RUN_TIMEOUT=s per run)
+#   scripts/gpu/cp_bench.sh [8b] [longest] [small] [packed]   (ITERS_8B=4, ITERS_SMALL=50, RUN_TIMEOUT=s per run)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/two_gpus.sh  # OUT, the environment, MPI
@@ -93,6 +101,32 @@ if [[ $STAGES == *" small "* ]]; then
   run small_cp2 "${MPI[@]}" "$BIN" "${SMALL[@]}" --context-parallel-size 2 --cp-comm-type p2p
   scripts/gpu/compare_losses.py "$OUT/cp_small_cp1.log" "$OUT/cp_small_cp2.log" "0.89B seq 16384, CP=2 vs one GPU" |
     tee "$OUT/cp_small_compare.txt"
+fi
+if [[ $STAGES == *" packed "* ]]; then
+  P=$OUT/docs_1k_64k
+  python3 scripts/gpu/recut_documents.py .deps/docs/docs_text_document "$P" --min-tokens 1024 --max-tokens 65536
+  PACKED=(--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 8
+          --ffn-hidden-size 5632 --seq-length 65536 --max-position-embeddings 65536 --position-embedding-type rope
+          --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear
+          --micro-batch-size 1 --global-batch-size 8 --train-iters "${ITERS_PACKED:-8}" --bf16 --lr 3e-4 --min-lr 3e-5
+          --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --adam-beta2 0.95 --hidden-dropout 0
+          --attention-dropout 0 --eval-iters 0 --device cuda --log-interval 1 --use-distributed-optimizer
+          --data-path "$P" --split 98,1,1 --tokenizer-type GPT2BPETokenizer --vocab-file .deps/docs/vocab.json
+          --merge-file .deps/docs/merges.txt --data-cache-path "$OUT/data-cache" --reset-attention-mask
+          --reset-position-ids --calculate-per-token-loss --context-parallel-size 2 --timing-log-level 1
+          --timing-log-option all)
+  run packed_fixed_cp2 "${MPI[@]}" "$BIN" "${PACKED[@]}"
+  run packed_dynamic_cp "${MPI[@]}" "$BIN" "${PACKED[@]}" --hybrid-context-parallel --max-seqlen-per-dp-cp-rank 32768
+  for name in packed_fixed_cp2 packed_dynamic_cp; do  # each report's forward-backward per rank (log interval 1)
+    echo "-- $name: forward-backward ms by rank, iterations 3 on; idle = the slowest rank's time minus one's own"
+    awk '/times across ranks \(ms\):/ {it++} /^  [a-z]/ {on = ($1 == "forward-backward:")}
+         on && /rank/ && it >= 3 {t[it, $2 + 0] = $3; if ($2 + 0 > top) top = $2 + 0; last = it}
+         END {for (i = 3; i <= last; i++) {m = 0; for (r = 0; r <= top; r++) if (t[i, r] > m) m = t[i, r];
+                line = "iteration " i ":"; for (r = 0; r <= top; r++) {line = line " " t[i, r]; idle[r] += m - t[i, r]}
+                span += m; print line}
+              for (r = 0; r <= top; r++) printf "rank %d idle %.0f ms of %.0f (%.1f%%)\n", r, idle[r], span,
+                                                100 * idle[r] / span}' "$OUT/cp_$name.log" | tee "$OUT/cp_${name}_ranks.txt"
+  done
 fi
 
 echo
