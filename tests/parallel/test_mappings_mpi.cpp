@@ -2,8 +2,9 @@
 // under `mpiexec -np 3` (an odd TP size): every rank fills its inputs from Philox seeded by (case, rank), so
 // each rank recomputes the other ranks' inputs and the expected result itself. Forward and backward of each
 // pair, F32 (reductions, 1e-6) and BF16 (data movement, exact), odd row and column counts; a group of one
-// leaves tensors untouched; shape errors name the group and the shapes. Suite TensorParallelMappingsGpu
-// runs the same checks on two GPUs through NCCL with the overlapped (side-stream) forms.
+// leaves tensors untouched; shape errors name the group and the shapes; the pipelined collectives of
+// --tp-comm-overlap against the same direct computation. Suite TensorParallelMappingsGpu runs the same checks on
+// two GPUs through NCCL with the overlapped (side-stream) forms, and through the copy engines.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +12,9 @@
 
 #include "harness.h"
 #include "megatron/comm/self_communicator.h"
+#include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/parallel/mappings.h"
+#include "megatron/parallel/tensor_parallel.h"
 #include "mpi_world.h"
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
@@ -158,6 +161,57 @@ void check_everything(Env& e) {
   }
 }
 
+// The pipelined collectives of --tp-comm-overlap (tp_comm_overlap.h) against the direct computation, three rounds
+// of each size (the transfers' staging reused), sizes growing (the exchange remade larger): the all-gather hands
+// every rank's shard to compute() once, chunk `rank` first and then rank - 1, rank - 2, ..., and fills
+// `gathered`; the reduce-scatter sums every rank's partial for chunk `rank`.
+void check_pipelined_collectives(Env& e, DType dt) {
+  const int P = e.tp.size(), me = e.tp.rank();
+  // BF16: each of the P - 1 additions rounds to BF16, at most half an ulp (2^-8 relative) of a sum up to P.
+  const double sum_tol = dt == DType::F32 ? 1e-6 : P * std::ldexp(1.0, -7);
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{3, 5}, {3, 5}, {3, 5}, {67, 129}, {600, 513}, {600, 513},
+                                                          {5, 7}};  // 600 x 513 x 4 bytes: over the first slots
+  for (size_t round = 0; round < sizes.size(); ++round) {
+    const auto [rows, cols] = sizes[round];
+    SCOPED_TRACE(str_cat(dtype_name(dt), " round ", round, ": chunks [", rows, ", ", cols, "]"));
+    const std::string tag = str_cat("ring ", round, " ", dtype_name(dt));
+    const Tensor shard = input(e, {rows, cols}, dt, tag, me);
+    const Tensor gathered = e.ctx.empty({P * rows, cols}, dt), seen = e.ctx.empty({P * rows, cols}, dt);
+    std::vector<int> order;
+    ring_all_gather(e.ctx, e.tp, shard, gathered, [&](int c, const Tensor& chunk) {
+      order.push_back(c);
+      ops::copy(e.ctx, row_block(seen, cols, c * rows, rows), chunk);
+    });
+    std::vector<double> want;
+    for (int r = 0; r < P; ++r) {
+      const std::vector<double> v = values({rows, cols}, dt, tag, r);
+      want.insert(want.end(), v.begin(), v.end());
+    }
+    expect_near(read(e, gathered), want, 0.0, "all-gather: gathered");
+    expect_near(read(e, seen), want, 0.0, "all-gather: the chunks compute() saw");
+    std::vector<int> want_order;
+    for (int k = 0; k < P; ++k) want_order.push_back((me + P - k) % P);
+    EXPECT_EQ(order, want_order);
+
+    const Tensor parts = input(e, {P * rows, cols}, dt, tag + " parts", me), out = e.ctx.empty({rows, cols}, dt);
+    std::vector<int> computed;
+    ring_reduce_scatter(e.ctx, e.tp, out, [&](int c, const Tensor& partial) {
+      computed.push_back(c);
+      ops::copy(e.ctx, partial, row_block(parts, cols, c * rows, rows));
+    });
+    std::vector<double> sum(size_t(rows * cols), 0.0);
+    for (int r = 0; r < P; ++r) {
+      const std::vector<double> v = values({P * rows, cols}, dt, tag + " parts", r);
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += v[size_t(me * rows * cols) + i];
+    }
+    expect_near(read(e, out), sum, sum_tol, "reduce-scatter");
+    std::sort(computed.begin(), computed.end());
+    std::vector<int> every(static_cast<size_t>(P), 0);
+    for (int r = 0; r < P; ++r) every[size_t(r)] = r;
+    EXPECT_EQ(computed, every) << "compute() runs once for every chunk";
+  }
+}
+
 TEST(TensorParallelMappings, MatchDirectComputation) {
   auto world = testing::mpi_world();
   ASSERT_GE(world->size(), 2);
@@ -166,6 +220,7 @@ TEST(TensorParallelMappings, MatchDirectComputation) {
   EXPECT_EQ(e.tp.sp_rows(12 * world->size()), 12);
   EXPECT_EQ(e.tp.sp_row_offset(12 * world->size()), 12 * world->rank());
   check_everything(e);
+  for (DType dt : {DType::F32, DType::BF16}) check_pipelined_collectives(e, dt);
   e.async = true;  // CPU ranks: the same, completed inside the call
   check_all_reduce_pairs(e);
 }
@@ -223,6 +278,31 @@ TEST(TensorParallelMappingsGpu, MatchDirectComputationOnTwoGpusWithOverlap) {
     Env e{*ctx, TensorParallel::create(*ctx, nccl, true), async};
     ASSERT_TRUE(e.tp.overlap != nullptr);
     check_everything(e);
+  }
+}
+
+TEST(TensorParallelMappingsGpu, PipelinedCollectivesByCopyEnginesAndByNcclMatchDirectComputation) {
+  auto world = testing::mpi_world();
+  const int count = cuda_device_count();
+  if (count == 0 || world->size() != 2 || testing::mpi_runtime().local_size() > count)
+    GTEST_SKIP() << "needs 2 ranks with a GPU each";
+  const Device device = Device::cuda(testing::mpi_runtime().local_rank() % count);
+  auto ctx = Context::create(device);
+  std::shared_ptr<comm::Communicator> nccl =
+      comm::NcclCommunicator::create(*world, device.index, "tp", comm::timeout_from_minutes(2.0));
+  for (bool copy_engine : {true, false}) {
+    SCOPED_TRACE(copy_engine ? "copy engines" : "NCCL point-to-point");
+    Env e{*ctx, TensorParallel::create(*ctx, nccl, true)};
+    e.tp.comm_overlap.copy_engine = copy_engine;
+    e.async = true;  // the bulk (async) sequence-parallel gather and reduce-scatter: copy engines too
+    for (DType dt : {DType::F32, DType::BF16}) {
+      check_pipelined_collectives(e, dt);
+      check_sequence_pairs(e, dt);
+    }
+    if (copy_engine) {  // the two GPUs of one machine map each other's memory: the exchanges were used, not NCCL
+      EXPECT_NE(e.tp.peers->get(*ctx, *nccl, 1), nullptr);
+      EXPECT_NE(e.tp.bulk_peers->get(*ctx, *nccl, 1), nullptr);
+    }
   }
 }
 #endif

@@ -64,9 +64,63 @@ void split_last_dim(Context& ctx, const TensorParallel& tp, const Tensor& out, c
   ops::transpose(ctx, out.view({rows, n}), xt.slice(r * n, (r + 1) * n));
 }
 
+// The copy-engine exchange for the bulk (async) sequence-parallel collectives of `bytes` per rank, or null.
+std::shared_ptr<PeerExchange> bulk_exchange(Context& ctx, const TensorParallel& tp, bool async, int64_t bytes) {
+  if (!async || !ctx.is_cuda() || !tp.overlap || !tp.bulk_peers || !tp.comm_overlap.copy_engine) return nullptr;
+  return tp.bulk_peers->get(ctx, *tp.group, bytes);
+}
+
+// out [P r, ...] = every rank's x [r, ...]: x pushed to every peer now (side stream), the peers' rows copied in
+// at wait().
+PendingCollective exchange_gather_rows(Context& ctx, const TensorParallel& tp, std::shared_ptr<PeerExchange> px,
+                                       const Tensor& out, const Tensor& x) {
+  const int n = tp.size(), me = tp.rank();
+  const int64_t r = x.dim(0), cols = x.numel() / r;
+  const StreamHandle side = tp.overlap->fork(ctx);
+  for (int k = 1; k < n; ++k) px->push(side, x, (me + k) % n);
+  ops::copy(ctx, out.view({-1, cols}).slice(me * r, (me + 1) * r), x.view({r, cols}));
+  return PendingCollective(tp.overlap.get(), [px, out, x, n, me, r, cols](Context& c) {
+    for (int k = 1; k < n; ++k) {
+      const int src = (me + n - k) % n;
+      px->wait_arrival(c.stream(), src);
+      ops::copy(c, out.view({-1, cols}).slice(src * r, (src + 1) * r), px->slot(src, {r, cols}, x.dtype()));
+      px->release(c.stream(), src);
+    }
+  });
+}
+
+// dx [r, ...] = the sum over the ranks of their dout [P r, ...]'s rows of this rank: each other chunk pushed to
+// its owner now (side stream), this rank's rows copied and the peers' added at wait().
+PendingCollective exchange_reduce_scatter_rows(Context& ctx, const TensorParallel& tp, std::shared_ptr<PeerExchange> px,
+                                               const Tensor& dx, const Tensor& dout) {
+  const int n = tp.size(), me = tp.rank();
+  const int64_t r = dx.dim(0), cols = dx.numel() / r;
+  const Tensor rows = dout.view({-1, cols});
+  const StreamHandle side = tp.overlap->fork(ctx);
+  for (int k = 1; k < n; ++k) {
+    const int c = (me + k) % n;
+    px->push(side, rows.slice(c * r, (c + 1) * r), c);
+  }
+  return PendingCollective(tp.overlap.get(), [px, dx, rows, n, me, r, cols](Context& c) {
+    const Tensor sum = dx.view({r, cols});
+    ops::copy(c, sum, rows.slice(me * r, (me + 1) * r));
+    for (int k = 1; k < n; ++k) {
+      const int src = (me + n - k) % n;
+      px->wait_arrival(c.stream(), src);
+      ops::add(c, sum, sum, px->slot(src, {r, cols}, dx.dtype()));
+      px->release(c.stream(), src);
+    }
+  });
+}
+
 }  // namespace
 
 void PendingCollective::wait(Context& ctx) {
+  if (finish_) {
+    const std::function<void(Context&)> finish = std::move(finish_);
+    finish_ = nullptr;
+    finish(ctx);
+  }
   if (fork_ != nullptr) fork_->join(ctx);
   fork_ = nullptr;
 }
@@ -114,6 +168,7 @@ PendingCollective gather_from_sp_forward(Context& ctx, const TensorParallel& tp,
     copy_if_distinct(ctx, out, x);
     return {};
   }
+  if (auto px = bulk_exchange(ctx, tp, async, int64_t(x.nbytes()))) return exchange_gather_rows(ctx, tp, px, out, x);
   Issue i = issue(ctx, tp, async);
   tp.group->all_gather(out, x, i.stream);
   return PendingCollective(i.fork);
@@ -126,6 +181,8 @@ PendingCollective gather_from_sp_backward(Context& ctx, const TensorParallel& tp
     copy_if_distinct(ctx, dx, dout);
     return {};
   }
+  if (auto px = bulk_exchange(ctx, tp, async, int64_t(dx.nbytes())))
+    return exchange_reduce_scatter_rows(ctx, tp, px, dx, dout);
   Issue i = issue(ctx, tp, async);
   tp.group->reduce_scatter(dx, dout, comm::ReduceOp::Sum, i.stream);
   return PendingCollective(i.fork);

@@ -22,8 +22,14 @@
 // on ctx's stream next (the weight-gradient GEMM) runs concurrently; PendingCollective::wait(ctx) makes
 // ctx's stream wait for it (nothing blocks the host). Without async, or on CPU ranks (MPI completes inside
 // the call), the collective is ordered on ctx's stream and wait() does nothing. The tensors involved must
-// stay alive until wait() (stream_fork.h).
+// stay alive until wait() (stream_fork.h). With --tp-comm-overlap's copy-engine transport (tp_comm_overlap.h)
+// the async sequence-parallel gather and reduce-scatter push this rank's rows into the peers' staging slots
+// instead (tp.bulk_peers, a PeerExchange of their own, so they never queue behind the pipelined collectives
+// that run between their issue and their wait), and wait() copies or adds the peers' rows in, in the fixed
+// order rank - 1, rank - 2, ...
 #pragma once
+
+#include <functional>
 
 #include "megatron/parallel/tensor_parallel.h"
 
@@ -33,11 +39,16 @@ class PendingCollective {
  public:
   PendingCollective() = default;
   explicit PendingCollective(StreamFork* fork) : fork_(fork) {}
+  // A collective whose last part is queued on ctx's stream at wait() by finish(ctx) (the copy-engine forms:
+  // the peers' rows copied or added in as they land).
+  PendingCollective(StreamFork* fork, std::function<void(Context&)> finish)
+      : fork_(fork), finish_(std::move(finish)) {}
   // ctx's stream waits for the collective; idempotent.
   void wait(Context& ctx);
 
  private:
   StreamFork* fork_ = nullptr;
+  std::function<void(Context&)> finish_;
 };
 
 // copy_to_tp backward: dx = sum over the TP ranks of dx (in place).

@@ -10,7 +10,11 @@ TensorParallel TensorParallel::create(Context& ctx, std::shared_ptr<comm::Commun
   }
   tp.group = std::move(group);
   tp.sequence_parallel = sequence_parallel;
-  if (tp.enabled() && ctx.is_cuda()) tp.overlap = std::make_shared<StreamFork>(ctx);
+  if (tp.enabled() && ctx.is_cuda()) {
+    tp.overlap = std::make_shared<StreamFork>(ctx);
+    tp.peers = std::make_shared<PeerExchangeCache>();
+    tp.bulk_peers = std::make_shared<PeerExchangeCache>();
+  }
   return tp;
 }
 

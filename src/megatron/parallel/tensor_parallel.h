@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "megatron/comm/communicator.h"
+#include "megatron/parallel/peer_exchange.h"
 #include "megatron/parallel/stream_fork.h"
 #include "megatron/parallel/tp_comm_overlap.h"
 
@@ -28,8 +29,11 @@ struct TensorParallel {
   bool sequence_parallel = false;             // effective only with size() > 1 (Megatron turns it off at TP 1)
   std::shared_ptr<StreamFork> overlap;        // CUDA side stream for overlapped collectives; null: none
   TpCommOverlap comm_overlap;                 // which collectives run pipelined with the GEMMs (tp_comm_overlap.h)
+  std::shared_ptr<PeerExchangeCache> peers;       // CUDA: copy-engine transfers of the pipelined collectives
+  std::shared_ptr<PeerExchangeCache> bulk_peers;  // CUDA: those of the bulk (async) ones (mappings.h)
 
-  // group must be a communicator of ctx's device (or null). A side stream is made for CUDA groups of size > 1.
+  // group must be a communicator of ctx's device (or null). A side stream and a (lazily mapped) peer exchange
+  // are made for CUDA groups of size > 1.
   static TensorParallel create(Context& ctx, std::shared_ptr<comm::Communicator> group, bool sequence_parallel);
 
   int size() const { return group ? group->size() : 1; }

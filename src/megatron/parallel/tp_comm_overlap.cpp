@@ -20,6 +20,57 @@ comm::PendingP2P ring_step(Context& ctx, const TensorParallel& tp, const Tensor&
   return tp.group->batch_send_recv(ops, side);
 }
 
+// The group's copy-engine exchange with slots of at least `bytes`, or null (CPU, NCCL asked, or unmappable).
+std::shared_ptr<PeerExchange> peer_exchange(Context& ctx, const TensorParallel& tp, int64_t bytes) {
+  if (!ctx.is_cuda() || !tp.peers || !tp.overlap || !tp.comm_overlap.copy_engine) return nullptr;
+  return tp.peers->get(ctx, *tp.group, bytes);
+}
+
+// All-gather by pushes: this rank's shard goes to every peer's slot on the side stream at once, while ctx's
+// stream computes on it; then each peer's shard, in the ring's order (rank - 1, rank - 2, ...), as it lands.
+void exchange_all_gather(Context& ctx, const TensorParallel& tp, PeerExchange& px, const Tensor& shard,
+                         const Tensor& gathered, const std::function<void(int, const Tensor&)>& compute) {
+  const int n = tp.size(), rank = tp.rank();
+  const int64_t r = shard.dim(0), cols = shard.shape().cols();
+  const StreamHandle side = tp.overlap->fork(ctx);
+  for (int k = 1; k < n; ++k) px.push(side, shard, (rank + k) % n);
+  compute(rank, shard);
+  if (gathered.defined()) ops::copy(ctx, row_block(gathered, cols, int64_t(rank) * r, r), shard);
+  for (int k = 1; k < n; ++k) {
+    const int c = (rank + n - k) % n;
+    px.wait_arrival(ctx.stream(), c);
+    const Tensor rows = px.slot(c, shard.shape(), shard.dtype());
+    compute(c, rows);
+    if (gathered.defined()) ops::copy(ctx, row_block(gathered, cols, int64_t(c) * r, r), rows);
+    px.release(ctx.stream(), c);  // after the work that reads the slot
+  }
+  tp.overlap->join(ctx);  // the pushes have read `shard` before anything queued later may reuse its memory
+}
+
+// Reduce-scatter by pushes: this rank computes its partial for every other chunk first (chunk rank + 1 first,
+// the order in which its owner will add it) and pushes each to the chunk's owner as soon as it is computed, then
+// its own chunk into `out`, then adds the partials pushed to it in the fixed order rank - 1, rank - 2, ...
+void exchange_reduce_scatter(Context& ctx, const TensorParallel& tp, PeerExchange& px, const Tensor& out,
+                             const std::function<void(int, const Tensor&)>& compute) {
+  const int n = tp.size(), rank = tp.rank();
+  std::vector<Tensor> in_flight;  // the pushed partials, alive until the side stream is joined
+  for (int k = 1; k < n; ++k) {
+    const int c = (rank + k) % n;
+    const Tensor partial = ctx.empty(out.shape(), out.dtype());
+    compute(c, partial);
+    px.push(tp.overlap->fork(ctx), partial, c);
+    in_flight.push_back(partial);
+  }
+  compute(rank, out);
+  for (int k = 1; k < n; ++k) {
+    const int src = (rank + n - k) % n;
+    px.wait_arrival(ctx.stream(), src);
+    ops::add(ctx, out, out, px.slot(src, out.shape(), out.dtype()));
+    px.release(ctx.stream(), src);
+  }
+  tp.overlap->join(ctx);
+}
+
 }  // namespace
 
 Tensor row_block(const Tensor& t, int64_t cols, int64_t first, int64_t count) {
@@ -28,6 +79,10 @@ Tensor row_block(const Tensor& t, int64_t cols, int64_t first, int64_t count) {
 
 void ring_all_gather(Context& ctx, const TensorParallel& tp, const Tensor& shard, const Tensor& gathered,
                      const std::function<void(int, const Tensor&)>& compute) {
+  if (const std::shared_ptr<PeerExchange> px = peer_exchange(ctx, tp, int64_t(shard.nbytes()))) {
+    exchange_all_gather(ctx, tp, *px, shard, gathered, compute);
+    return;
+  }
   const int n = tp.size(), rank = tp.rank();
   const int64_t r = shard.dim(0), cols = shard.shape().cols();
   std::vector<Tensor> in_flight;  // every chunk a transfer touched, alive until the side stream is joined
@@ -52,6 +107,10 @@ void ring_all_gather(Context& ctx, const TensorParallel& tp, const Tensor& shard
 
 void ring_reduce_scatter(Context& ctx, const TensorParallel& tp, const Tensor& out,
                          const std::function<void(int, const Tensor&)>& compute) {
+  if (const std::shared_ptr<PeerExchange> px = peer_exchange(ctx, tp, int64_t(out.nbytes()))) {
+    exchange_reduce_scatter(ctx, tp, *px, out, compute);
+    return;
+  }
   const int n = tp.size(), rank = tp.rank();
   std::vector<Tensor> in_flight;
   comm::PendingP2P transfer;

@@ -15,9 +15,12 @@
 //     all-gather while the input-gradient GEMM runs (bulk_dgrad), and the input gradient's reduce-scatter
 //     while the weight-gradient GEMM runs (bulk_wgrad).
 //
-// Transfers use the TP group's batched point-to-point on the group's side stream (CUDA; the batch's tensors are
-// kept alive until the ring joins) or MPI's nonblocking sends (CPU ranks), so they genuinely proceed during the
-// GEMMs in both. FP8 linears keep the plain collectives.
+// Transfers: on CUDA, copy-engine memcpys straight into the peers' staging slots (PeerExchange: every rank
+// pushes its chunk to every other rank at once, and each rank sums the partials pushed to it in a fixed order),
+// because an NCCL kernel and a GEMM kernel hardly run side by side while a copy engine and a GEMM do; otherwise
+// (--tp-comm-overlap-transport nccl, or ranks that cannot map each other's memory) the TP group's batched
+// point-to-point around the ring on the group's side stream, and on CPU ranks MPI's nonblocking sends. FP8
+// linears keep the plain collectives.
 #pragma once
 
 #include <functional>
@@ -35,6 +38,11 @@ struct TpCommOverlap {
   bool rs_dgrad = false;      // --tp-comm-overlap-rs-dgrad: the column-parallel dx's reduce-scatter pipelined
   bool bulk_dgrad = true;     // --disable-tp-comm-bulk-dgrad turns it off
   bool bulk_wgrad = true;     // --disable-tp-comm-bulk-wgrad turns it off
+  // CUDA, with --tp-comm-overlap: the pipelined transfers and the bulk collectives by the copy engines between
+  // the GPUs of a node (peer_exchange.h), where the ranks can map each other's memory; false (no
+  // --tp-comm-overlap, or --tp-comm-overlap-transport nccl): NCCL (the group's batched point-to-point for
+  // the pipelined ones).
+  bool copy_engine = false;
 };
 
 // Ring all-gather of `shard` ([r, cols] on every rank of tp) fused with per-chunk work: compute(c, chunk) is

@@ -214,6 +214,9 @@ struct ParallelArguments {
   bool disable_tp_comm_split_ag = false;
   bool disable_tp_comm_split_rs = false;
   bool tp_comm_overlap_rs_dgrad = false;
+  // Ours: how the pipelined collectives move their chunks on GPUs: "copy-engine" (peer memcpys between the GPUs
+  // of a node, falling back to NCCL where the ranks cannot map each other's memory) or "nccl".
+  std::string tp_comm_overlap_transport = "copy-engine";
   bool use_distributed_optimizer = false;
   // Megatron FSDP: module-group buckets, and what of them persists only as 1/DP shards (Megatron's default
   // strategy; with --use-megatron-fsdp every strategy but no_shard implies the distributed optimizer).

@@ -341,6 +341,10 @@ std::vector<FlagSpec> parallel_flags() {
            "with --sequence-parallel: pipeline the TP all-gathers and reduce-scatters with the GEMMs, chunk by chunk"),
       flag("--tp-comm-overlap-rs-dgrad", &A::parallel, &P::tp_comm_overlap_rs_dgrad,
            "with --tp-comm-overlap: pipeline the column-parallel input gradient's reduce-scatter with its GEMM"),
+      flag("--tp-comm-overlap-transport", &A::parallel, &P::tp_comm_overlap_transport,
+           "with --tp-comm-overlap on GPUs: move the pipelined chunks by the copy engines between the GPUs of a node "
+           "(falls back to NCCL where the ranks cannot map each other's memory) or by NCCL point-to-point",
+           {"copy-engine", "nccl"}),
       flag("--overlap-grad-reduce", &A::parallel, &P::overlap_grad_reduce, "reduce gradients during backward"),
       flag("--overlap-param-gather", &A::parallel, &P::overlap_param_gather,
            "gather parameters during forward (CUDA; on CPU ranks the gather completes in the optimizer step)"),

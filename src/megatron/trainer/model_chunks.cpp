@@ -46,7 +46,8 @@ parallel::TensorParallel tensor_parallel(Context& ctx, const parallel::ParallelC
                        .pipelined_rs = !p.disable_tp_comm_overlap_rs && !p.disable_tp_comm_split_rs,
                        .rs_dgrad = p.tp_comm_overlap_rs_dgrad,
                        .bulk_dgrad = !p.disable_tp_comm_bulk_dgrad,
-                       .bulk_wgrad = !p.disable_tp_comm_bulk_wgrad};
+                       .bulk_wgrad = !p.disable_tp_comm_bulk_wgrad,
+                       .copy_engine = p.tp_comm_overlap_transport == "copy-engine"};
   }
   return tp;
 }

@@ -1,0 +1,75 @@
+// PeerExchange: transfers between the GPUs of one node by the copy engines, for the collectives that overlap
+// GEMMs (tp_comm_overlap.h). Measured on two H200s (bench/RESULTS.md, scripts/gpu/tp_comm_probe.py): an NCCL
+// transfer on a side stream and a cuBLAS GEMM on the compute stream run almost one after the other (0-35% of the
+// shorter one hidden), while a peer memcpy, which the copy engines do without a kernel, hides 50-75% of it.
+// Transformer Engine's userbuffers take the same route.
+//
+// Every rank of the group allocates one staging buffer of `size()` slots and a block of flag words, and maps
+// every other rank's (CUDA IPC; the handles travel through the group's host all-reduce). Slot s of rank d's
+// buffer is where rank s's pushes to d land. A push and its consumption are ordered by two counters per pair:
+//
+//   push(stream, data, d)      on `stream`: wait until d has released its slot for us as often as we pushed
+//                              before (the slot is free), copy `data` into it, then raise d's arrival word for us
+//                              to the number of pushes so far;
+//   wait_arrival(stream, s)    on `stream`: wait until s's arrival word reaches the number of waits so far;
+//   release(stream, s)         on `stream`, after the work that reads slot(s): raise s's free word for us.
+//
+// The waits are one-thread kernels spinning on a word of this GPU's memory, the raises one-thread kernels
+// storing to the peer's (with system-scope fences around both), so nothing waits on the host. Every rank must
+// make the same calls in the same order for its peers (the layers of a TP group do), exactly like the
+// collectives they replace. CUDA only; create() answers null where it cannot work (a CPU context, ranks that
+// cannot map each other's memory), and the caller keeps NCCL.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "megatron/comm/communicator.h"
+#include "megatron/runtime/context.h"
+
+namespace megatron::parallel {
+
+class PeerExchange {
+ public:
+  // Collective over `group` (every rank calls it): slots of `slot_bytes` each. Null on every rank when any
+  // rank cannot map the others' memory.
+  static std::unique_ptr<PeerExchange> create(Context& ctx, comm::Communicator& group, int64_t slot_bytes);
+  ~PeerExchange();
+  PeerExchange(const PeerExchange&) = delete;
+  PeerExchange& operator=(const PeerExchange&) = delete;
+
+  int64_t slot_bytes() const { return slot_bytes_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Where `src`'s pushes land on this rank, viewed as `shape` of `dtype` (at most slot_bytes()).
+  Tensor slot(int src, const Shape& shape, DType dtype) const;
+
+  void push(StreamHandle stream, const Tensor& data, int dst);
+  void wait_arrival(StreamHandle stream, int src);
+  void release(StreamHandle stream, int src);
+
+ private:
+  PeerExchange() = default;
+  struct Mapping;  // the IPC mappings of the peers' buffers (CUDA builds)
+  std::unique_ptr<Mapping> mapping_;
+  int rank_ = 0, size_ = 1;
+  int64_t slot_bytes_ = 0;
+  std::vector<uint64_t> pushed_, arrived_, released_;  // per peer: pushes to it, waits for it, releases of it
+};
+
+// A group's PeerExchange, made on first use and made again with larger slots when a transfer needs them (both
+// collective: the ranks of a group ask at the same points, as for its collectives). get() answers null, from
+// then on, where the ranks cannot map each other's memory (rank 0 says so once). A transfer still pending holds
+// its exchange (shared), so remaking one never pulls buffers from under it.
+class PeerExchangeCache {
+ public:
+  std::shared_ptr<PeerExchange> get(Context& ctx, comm::Communicator& group, int64_t bytes);
+
+ private:
+  std::shared_ptr<PeerExchange> exchange_;
+  bool unavailable_ = false;
+};
+
+}  // namespace megatron::parallel
