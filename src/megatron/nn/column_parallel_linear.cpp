@@ -1,6 +1,7 @@
 #include "megatron/nn/column_parallel_linear.h"
 
 #include "megatron/parallel/mappings.h"
+#include "megatron/runtime/timeline.h"
 
 namespace megatron::nn {
 
@@ -58,12 +59,18 @@ void column_parallel_linear_backward(Context& ctx, const parallel::TensorParalle
     });
   } else if (dx.defined()) {
     Tensor dwhole = ctx.empty({rows, in}, dy.dtype());
-    linear_backward_input(ctx, dwhole, dy, weight);
+    {
+      TimelineScope span(ctx.timeline(), "dgrad GEMM (bulk all-gather beside)", "tp-gemm");
+      linear_backward_input(ctx, dwhole, dy, weight);
+    }
     gather.wait(ctx);
     scatter = parallel::gather_from_sp_backward(ctx, tp, dx.view({-1, in}), dwhole, overlap.bulk_wgrad);
   }
   gather.wait(ctx);
-  linear_backward_weight(ctx, dy, whole, weight, bias);
+  {
+    TimelineScope span(ctx.timeline(), "wgrad GEMM (bulk reduce-scatter beside)", "tp-gemm");
+    linear_backward_weight(ctx, dy, whole, weight, bias);
+  }
   scatter.wait(ctx);
 }
 

@@ -1,6 +1,7 @@
 #include "megatron/parallel/mappings.h"
 
 #include "megatron/ops/elementwise/elementwise.h"
+#include "megatron/runtime/timeline.h"
 
 namespace megatron::parallel {
 namespace {
@@ -77,7 +78,10 @@ PendingCollective exchange_gather_rows(Context& ctx, const TensorParallel& tp, s
   const int n = tp.size(), me = tp.rank();
   const int64_t r = x.dim(0), cols = x.numel() / r;
   const StreamHandle side = tp.overlap->fork(ctx);
-  for (int k = 1; k < n; ++k) px->push(side, x, (me + k) % n);
+  {
+    TimelineScope span(ctx.timeline(), "bulk all-gather push", "tp-comm", side);
+    for (int k = 1; k < n; ++k) px->push(side, x, (me + k) % n);
+  }
   ops::copy(ctx, out.view({-1, cols}).slice(me * r, (me + 1) * r), x.view({r, cols}));
   return PendingCollective(tp.overlap.get(), [px, out, x, n, me, r, cols](Context& c) {
     for (int k = 1; k < n; ++k) {
@@ -97,9 +101,12 @@ PendingCollective exchange_reduce_scatter_rows(Context& ctx, const TensorParalle
   const int64_t r = dx.dim(0), cols = dx.numel() / r;
   const Tensor rows = dout.view({-1, cols});
   const StreamHandle side = tp.overlap->fork(ctx);
-  for (int k = 1; k < n; ++k) {
-    const int c = (me + k) % n;
-    px->push(side, rows.slice(c * r, (c + 1) * r), c);
+  {
+    TimelineScope span(ctx.timeline(), "bulk reduce-scatter push", "tp-comm", side);
+    for (int k = 1; k < n; ++k) {
+      const int c = (me + k) % n;
+      px->push(side, rows.slice(c * r, (c + 1) * r), c);
+    }
   }
   return PendingCollective(tp.overlap.get(), [px, dx, rows, n, me, r, cols](Context& c) {
     const Tensor sum = dx.view({r, cols});

@@ -5,6 +5,7 @@
 
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/parallel/tensor_parallel.h"
+#include "megatron/runtime/timeline.h"
 
 namespace megatron::parallel {
 
@@ -33,13 +34,20 @@ void exchange_all_gather(Context& ctx, const TensorParallel& tp, PeerExchange& p
   const int n = tp.size(), rank = tp.rank();
   const int64_t r = shard.dim(0), cols = shard.shape().cols();
   const StreamHandle side = tp.overlap->fork(ctx);
-  for (int k = 1; k < n; ++k) px.push(side, shard, (rank + k) % n);
-  compute(rank, shard);
+  {
+    TimelineScope span(ctx.timeline(), "all-gather push", "tp-comm", side);
+    for (int k = 1; k < n; ++k) px.push(side, shard, (rank + k) % n);
+  }
+  {
+    TimelineScope span(ctx.timeline(), "all-gather GEMM (own rows)", "tp-gemm");
+    compute(rank, shard);
+  }
   if (gathered.defined()) ops::copy(ctx, row_block(gathered, cols, int64_t(rank) * r, r), shard);
   for (int k = 1; k < n; ++k) {
     const int c = (rank + n - k) % n;
     px.wait_arrival(ctx.stream(), c);
     const Tensor rows = px.slot(c, shard.shape(), shard.dtype());
+    TimelineScope span(ctx.timeline(), "all-gather GEMM (peer's rows)", "tp-gemm");
     compute(c, rows);
     if (gathered.defined()) ops::copy(ctx, row_block(gathered, cols, int64_t(c) * r, r), rows);
     px.release(ctx.stream(), c);  // after the work that reads the slot
@@ -57,14 +65,23 @@ void exchange_reduce_scatter(Context& ctx, const TensorParallel& tp, PeerExchang
   for (int k = 1; k < n; ++k) {
     const int c = (rank + k) % n;
     const Tensor partial = ctx.empty(out.shape(), out.dtype());
-    compute(c, partial);
-    px.push(tp.overlap->fork(ctx), partial, c);
+    {
+      TimelineScope span(ctx.timeline(), "reduce-scatter GEMM (peer's rows)", "tp-gemm");
+      compute(c, partial);
+    }
+    const StreamHandle side = tp.overlap->fork(ctx);
+    TimelineScope span(ctx.timeline(), "reduce-scatter push", "tp-comm", side);
+    px.push(side, partial, c);
     in_flight.push_back(partial);
   }
-  compute(rank, out);
+  {
+    TimelineScope span(ctx.timeline(), "reduce-scatter GEMM (own rows)", "tp-gemm");
+    compute(rank, out);
+  }
   for (int k = 1; k < n; ++k) {
     const int src = (rank + n - k) % n;
     px.wait_arrival(ctx.stream(), src);
+    TimelineScope span(ctx.timeline(), "reduce-scatter add", "tp-gemm");
     ops::add(ctx, out, out, px.slot(src, out.shape(), out.dtype()));
     px.release(ctx.stream(), src);
   }

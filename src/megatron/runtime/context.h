@@ -14,6 +14,7 @@
 namespace megatron {
 
 struct CudaLibraries;  // runtime/cuda_libraries.h (CUDA builds)
+class Timeline;       // runtime/timeline.h
 
 // Whether this binary was built with the CUDA backend.
 bool cuda_backend_compiled();
@@ -51,6 +52,11 @@ class Context {
   // Page-locked host memory for fast transfers; throws on a CPU context.
   Allocator& pinned_allocator();
 
+  // The rank's profiler timeline while --profile records one (runtime/timeline.h), else null: work deep inside
+  // the step (the tensor-parallel collectives and their GEMM chunks) adds its spans here. Not owned.
+  Timeline* timeline() const { return timeline_; }
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+
  private:
   Context() = default;
   Device device_;
@@ -59,6 +65,7 @@ class Context {
   std::unique_ptr<CudaLibraries> cuda_;
   StreamHandle stream_ = nullptr;
   bool deterministic_ = false;
+  Timeline* timeline_ = nullptr;
 };
 
 // Copies the bytes of `src` into `dst` (any devices; same dtype and number of elements). Queued on

@@ -22,9 +22,10 @@ double host_now_us() {
 // Chrome trace "threads": one row per kind of work, in this order.
 int thread_of(const std::string& category) {
   static const std::map<std::string, int> rows = {
-      {"schedule", 0}, {"compute", 1}, {"p2p", 2}, {"grad-reduce", 3}, {"optimizer", 4}};
+      {"schedule", 0}, {"compute", 1}, {"p2p", 2}, {"grad-reduce", 3}, {"optimizer", 4}, {"tp-gemm", 5},
+      {"tp-comm", 6}};
   auto it = rows.find(category);
-  return it == rows.end() ? 5 : it->second;
+  return it == rows.end() ? 7 : it->second;
 }
 
 std::string json_string(const std::string& s) {
@@ -81,7 +82,7 @@ void Timeline::begin_iteration(int64_t iteration) {
 #endif
 }
 
-int Timeline::begin(std::string name, const char* category) {
+int Timeline::begin(std::string name, const char* category, StreamHandle stream) {
   if (!recording_) return -1;
   auto open = std::make_unique<Open>();
   open->span = TimelineSpan{std::move(name), category, 0, 0, iteration_};
@@ -89,15 +90,15 @@ int Timeline::begin(std::string name, const char* category) {
 #if MEGATRON_WITH_CUDA
   if (device_) {
     open->start = device_->take();
-    open->start->record(ctx_.stream());
-    nvtxRangePushA(open->span.name.c_str());
+    open->start->record(stream != nullptr ? stream : ctx_.stream());
+    if (stream == nullptr) nvtxRangePushA(open->span.name.c_str());  // NVTX ranges nest on the host thread
   }
 #endif
   open_.push_back(std::move(open));
   return int(open_.size()) - 1;
 }
 
-void Timeline::end(int handle) {
+void Timeline::end(int handle, StreamHandle stream) {
   if (!recording_ || handle < 0) return;
   MEGATRON_CHECK(size_t(handle) < open_.size(), "Timeline: unknown span ", handle);
   Open& open = *open_[size_t(handle)];
@@ -105,8 +106,8 @@ void Timeline::end(int handle) {
 #if MEGATRON_WITH_CUDA
   if (device_) {
     open.end = device_->take();
-    open.end->record(ctx_.stream());
-    nvtxRangePop();
+    open.end->record(stream != nullptr ? stream : ctx_.stream());
+    if (stream == nullptr) nvtxRangePop();
   }
 #endif
 }
@@ -138,7 +139,7 @@ std::string Timeline::chrome_trace(int pid, const std::string& process_name) con
   char buf[160];
   std::snprintf(buf, sizeof buf, R"({"ph":"M","pid":%d,"name":"process_name","args":{"name":)", pid);
   out += buf + json_string(process_name) + "}}";
-  for (const char* row : {"schedule", "compute", "p2p", "grad-reduce", "optimizer"}) {
+  for (const char* row : {"schedule", "compute", "p2p", "grad-reduce", "optimizer", "tp-gemm", "tp-comm"}) {
     std::snprintf(buf, sizeof buf, R"(,
 {"ph":"M","pid":%d,"tid":%d,"name":"thread_name","args":{"name":"%s"}})", pid, thread_of(row), row);
     out += buf;

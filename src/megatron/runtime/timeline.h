@@ -1,6 +1,6 @@
 // Timeline: what a rank spent its iterations on -- forward, backward, point-to-point waits, gradient reduction,
-// the optimizer -- as spans for a Chrome trace (chrome://tracing, https://ui.perfetto.dev) and for measuring a
-// pipeline's bubble.
+// the optimizer, and with --tp-comm-overlap the tensor-parallel GEMM chunks and the transfers beside them -- as
+// spans for a Chrome trace (chrome://tracing, https://ui.perfetto.dev) and for measuring a pipeline's bubble.
 //
 // A span covers the work queued on ctx's stream between begin() and end(): on CUDA two timing events on the
 // stream (resolved to times when the iteration is collected, after a synchronisation), plus an NVTX range so
@@ -41,9 +41,11 @@ class Timeline {
   void collect();
   bool recording() const { return recording_; }
 
-  // Returns a handle for end(); a no-op (handle -1) while not recording.
-  int begin(std::string name, const char* category);
-  void end(int handle);
+  // Returns a handle for end(); a no-op (handle -1) while not recording. On CUDA the span covers the work
+  // queued on `stream` (null: ctx's) between the two calls; a span on another stream must end before ctx's
+  // stream has joined it, so that collect()'s synchronisation of ctx covers it.
+  int begin(std::string name, const char* category, StreamHandle stream = nullptr);
+  void end(int handle, StreamHandle stream = nullptr);
 
   const std::vector<TimelineSpan>& spans() const { return spans_; }
   // Chrome trace-event JSON of spans() for process `pid` named `process_name` (one thread per category).
@@ -64,16 +66,18 @@ class Timeline {
 // RAII: a span from construction to destruction, on `timeline` (which may be null: nothing recorded).
 class TimelineScope {
  public:
-  TimelineScope(Timeline* timeline, std::string name, const char* category)
-      : timeline_(timeline), handle_(timeline ? timeline->begin(std::move(name), category) : -1) {}
+  TimelineScope(Timeline* timeline, std::string name, const char* category, StreamHandle stream = nullptr)
+      : timeline_(timeline), stream_(stream),
+        handle_(timeline ? timeline->begin(std::move(name), category, stream) : -1) {}
   ~TimelineScope() {
-    if (timeline_ && handle_ >= 0) timeline_->end(handle_);
+    if (timeline_ && handle_ >= 0) timeline_->end(handle_, stream_);
   }
   TimelineScope(const TimelineScope&) = delete;
   TimelineScope& operator=(const TimelineScope&) = delete;
 
  private:
   Timeline* timeline_;
+  StreamHandle stream_;
   int handle_;
 };
 

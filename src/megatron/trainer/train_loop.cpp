@@ -35,6 +35,7 @@ TrainLoop::TrainLoop(Context& ctx, const train::Arguments& args, Trainer& traine
   if (args.training.profile && !args.training.profile_dir.empty()) {
     timeline_ = std::make_unique<Timeline>(ctx);
     trainer_.set_timeline(timeline_.get());
+    ctx.set_timeline(timeline_.get());
   }
   if (timers_.log_level() > 0) trainer_.set_timers(&timers_);
   tensorboard_ = TensorBoardLog::open(args, last_rank_);
@@ -47,6 +48,7 @@ TrainLoop::TrainLoop(Context& ctx, const train::Arguments& args, Trainer& traine
 
 TrainLoop::~TrainLoop() {
   trainer_.set_timeline(nullptr);
+  if (timeline_) ctx_.set_timeline(nullptr);
   trainer_.set_timers(nullptr);
 }
 
