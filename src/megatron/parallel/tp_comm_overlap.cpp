@@ -114,7 +114,10 @@ void ring_all_gather(Context& ctx, const TensorParallel& tp, const Tensor& shard
       in_flight.push_back(current);
       in_flight.push_back(next);
     }
-    compute(c, current);
+    {
+      TimelineScope span(ctx.timeline(), "all-gather GEMM (ring chunk)", "tp-gemm");
+      compute(c, current);
+    }
     if (gathered.defined()) ops::copy(ctx, row_block(gathered, cols, int64_t(c) * r, r), current);
     transfer.wait(ctx.stream());  // ctx's stream (CUDA) or the host (MPI) waits for the chunk to arrive
     current = next;
@@ -135,7 +138,10 @@ void ring_reduce_scatter(Context& ctx, const TensorParallel& tp, const Tensor& o
   for (int k = 0; k < n; ++k) {
     const int c = (rank + 2 * n - 1 - k) % n;  // k = n - 1: this rank's own chunk
     const Tensor partial = k + 1 == n ? out : ctx.empty(out.shape(), out.dtype());
-    compute(c, partial);  // runs while the previous step's sum travels
+    {
+      TimelineScope span(ctx.timeline(), "reduce-scatter GEMM (ring chunk)", "tp-gemm");
+      compute(c, partial);  // runs while the previous step's sum travels
+    }
     if (k > 0) {
       transfer.wait(ctx.stream());
       ops::add(ctx, partial, partial, incoming);
