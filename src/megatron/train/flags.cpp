@@ -237,9 +237,18 @@ std::vector<FlagSpec> fp8_flags() {
   };
 }
 
-// --tp-comm-overlap's off switches, each under Megatron's --disable-* name and its --no-* alias.
-std::vector<FlagSpec> tp_comm_overlap_switches() {
-  std::vector<FlagSpec> out;
+// --tp-comm-overlap, its options, and its off switches, each under Megatron's --disable-* name and its --no-*
+// alias.
+std::vector<FlagSpec> tp_comm_overlap_flags() {
+  std::vector<FlagSpec> out = {
+      flag("--tp-comm-overlap", &A::parallel, &P::tp_comm_overlap,
+           "with --sequence-parallel: pipeline the TP all-gathers and reduce-scatters with the GEMMs, chunk by chunk"),
+      flag("--tp-comm-overlap-rs-dgrad", &A::parallel, &P::tp_comm_overlap_rs_dgrad,
+           "with --tp-comm-overlap: pipeline the column-parallel input gradient's reduce-scatter with its GEMM"),
+      flag("--tp-comm-overlap-transport", &A::parallel, &P::tp_comm_overlap_transport,
+           "with --tp-comm-overlap on GPUs: move the pipelined chunks by the copy engines between the GPUs of a node "
+           "(falls back to NCCL where the ranks cannot map each other's memory) or by NCCL point-to-point",
+           {"copy-engine", "nccl"})};
   const std::pair<const char*, bool P::*> parts[] = {{"overlap-ag", &P::disable_tp_comm_overlap_ag},
                                                      {"overlap-rs", &P::disable_tp_comm_overlap_rs},
                                                      {"bulk-dgrad", &P::disable_tp_comm_bulk_dgrad},
@@ -337,14 +346,6 @@ std::vector<FlagSpec> parallel_flags() {
            "state), optim_grads (and the gradients, reduce-scattered per module group in every backward), "
            "optim_grads_params (and the parameters, all-gathered per module group around each use)",
            {"no_shard", "optim", "optim_grads", "optim_grads_params"}),
-      flag("--tp-comm-overlap", &A::parallel, &P::tp_comm_overlap,
-           "with --sequence-parallel: pipeline the TP all-gathers and reduce-scatters with the GEMMs, chunk by chunk"),
-      flag("--tp-comm-overlap-rs-dgrad", &A::parallel, &P::tp_comm_overlap_rs_dgrad,
-           "with --tp-comm-overlap: pipeline the column-parallel input gradient's reduce-scatter with its GEMM"),
-      flag("--tp-comm-overlap-transport", &A::parallel, &P::tp_comm_overlap_transport,
-           "with --tp-comm-overlap on GPUs: move the pipelined chunks by the copy engines between the GPUs of a node "
-           "(falls back to NCCL where the ranks cannot map each other's memory) or by NCCL point-to-point",
-           {"copy-engine", "nccl"}),
       flag("--overlap-grad-reduce", &A::parallel, &P::overlap_grad_reduce, "reduce gradients during backward"),
       flag("--overlap-param-gather", &A::parallel, &P::overlap_param_gather,
            "gather parameters during forward (CUDA; on CPU ranks the gather completes in the optimizer step)"),
@@ -426,7 +427,7 @@ std::vector<FlagSpec> checkpoint_flags() {
 const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = [] {
     std::vector<FlagSpec> all;
-    for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &tp_comm_overlap_switches, &training_flags,
+    for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &tp_comm_overlap_flags, &training_flags,
                        &schedule_flags, &logging_flags, &parallel_flags, &data_flags, &checkpoint_flags, &compat_flags})
       for (FlagSpec& f : group()) all.push_back(std::move(f));
     return all;
