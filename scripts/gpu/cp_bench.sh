@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # On nvidia-h200-x2, after build-gpu/tools/pretrain_gpt is built: context parallelism over both GPUs.
 #   8b      Llama-3-8B shape at seq SEQ_8B (default 32768), CP=2, mbs 1, GBS GBS_8B (default 4), distributed
-#           optimizer over DP x CP, with --cp-comm-type p2p (ring) and a2a. The recomputation is the least the
+#           optimizer over DP x CP, with --cp-comm-type p2p (ring; its blocks by NCCL, then by the copy engines:
+#           --cp-comm-transport copy-engine) and a2a. The recomputation is the least the
 #           memory planner (--dry-run) says fits 139 GiB: none, selective (mlp) or full; the run's log names it.
 #   longest the same shape at seq SEQ_LONG (default 131072, the longest the planner fits at CP=2: 125 GiB with full
 #           recomputation; 163840 plans 134, 196608 142; 65536 without recomputation plans 237), GBS 1, 3 iterations.
 #   small   the Llama-style 0.89B at seq 16384 on real text (.deps/data's fortunes, GPT-2 BPE, tokenised here if
-#           needed), mbs 1, GBS 8, 50 iterations: one GPU (CP=1) against CP=2 (p2p), tokens/s per GPU and losses.
+#           needed), mbs 1, GBS 8, 50 iterations: one GPU (CP=1) against CP=2 (p2p, by NCCL and by the copy
+#           engines), tokens/s per GPU and losses.
 #   packed  the 0.89B at seq 65536 on packed variable-length documents (.deps/docs re-cut into documents of 1k-64k
 #           tokens by scripts/gpu/recut_documents.py; --reset-attention-mask --reset-position-ids
 #           --calculate-per-token-loss), mbs 1, GBS 8, ITERS_PACKED (default 8) iterations: fixed CP=2 against
@@ -67,6 +69,9 @@ if [[ $STAGES == *" 8b "* ]]; then
   # shellcheck disable=SC2086
   run 8b_p2p "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --cp-comm-type p2p $RECOMPUTE
   # shellcheck disable=SC2086
+  run 8b_p2p_copy_engine "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --cp-comm-type p2p --cp-comm-transport copy-engine \
+    $RECOMPUTE
+  # shellcheck disable=SC2086
   run 8b_a2a "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --cp-comm-type a2a $RECOMPUTE
 fi
 
@@ -99,8 +104,12 @@ if [[ $STAGES == *" small "* ]]; then
          --vocab-file "$D/vocab.json" --merge-file "$D/merges.txt" --data-cache-path "$OUT/data-cache")
   run small_cp1 "$BIN" "${SMALL[@]}"
   run small_cp2 "${MPI[@]}" "$BIN" "${SMALL[@]}" --context-parallel-size 2 --cp-comm-type p2p
+  run small_cp2_copy_engine "${MPI[@]}" "$BIN" "${SMALL[@]}" --context-parallel-size 2 --cp-comm-type p2p \
+    --cp-comm-transport copy-engine
   scripts/gpu/compare_losses.py "$OUT/cp_small_cp1.log" "$OUT/cp_small_cp2.log" "0.89B seq 16384, CP=2 vs one GPU" |
     tee "$OUT/cp_small_compare.txt"
+  scripts/gpu/compare_losses.py "$OUT/cp_small_cp2.log" "$OUT/cp_small_cp2_copy_engine.log" \
+    "0.89B seq 16384, CP=2 ring by the copy engines vs by NCCL" | tee -a "$OUT/cp_small_compare.txt"
 fi
 if [[ $STAGES == *" packed "* ]]; then
   P=$OUT/docs_1k_64k

@@ -3,7 +3,9 @@
 // and CP = 4, MHA, GQA and MQA where the type allows, one and two sequences per micro-batch, each rank holds
 // its load-balanced chunks of whole sequences and the forward and backward must equal whole-sequence causal
 // attention computed on one rank, chunk for chunk (out, dq, dk, dv), without and with attention dropout (every
-// type draws the whole sequence's masks at its tokens' positions and heads).
+// type draws the whole sequence's masks at its tokens' positions and heads). On two GPUs
+// (ContextParallelAttentionGpu) the ring by the copy engines (--cp-comm-transport copy-engine) gives the NCCL
+// ring's results bit for bit: the same kernels on the same blocks, only the transport differs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +14,11 @@
 #include "megatron/ops/slices/slices.h"
 #include "megatron/parallel/cp_attention.h"
 #include "megatron/parallel/parallel_context.h"
+#include "megatron/parallel/ring_attention.h"
 #include "mpi_world.h"
+#if MEGATRON_WITH_NCCL
+#include "megatron/comm/nccl_communicator.h"
+#endif
 
 namespace megatron::parallel {
 namespace {
@@ -114,6 +120,57 @@ TEST(ContextParallelAttention, EveryTypeEqualsWholeSequenceAttention) {
   for (const Case& k : cases_for(CpCommType::A2AP2P, 2))
     for (float dropout : {0.0f, 0.2f}) expect_matches_whole(hierarchical, CpCommType::A2AP2P, k, dropout);
 }
+
+#if MEGATRON_WITH_NCCL
+TEST(ContextParallelAttentionGpu, RingByCopyEnginesEqualsTheNcclRing) {
+  auto world = mpi_world();
+  const int count = cuda_device_count();
+  if (count == 0 || world->size() != 2 || mpi_runtime().local_size() > count)
+    GTEST_SKIP() << "needs 2 ranks with a GPU each";
+  const Device device = Device::cuda(mpi_runtime().local_rank() % count);
+  auto ctx = Context::create(device);
+  std::shared_ptr<comm::Communicator> nccl =
+      comm::NcclCommunicator::create(*world, device.index, "cp", comm::timeout_from_minutes(2.0));
+  const ContextParallel by_nccl{.group = nccl};
+  ContextParallel by_copy_engines{.group = nccl};
+  by_copy_engines.ring_peers = std::make_shared<RingPeers>();
+  const int64_t B = 1, c = 96, H = 8, G = 4, D = 64, local_seq = 2 * c;
+  for (int round = 0; round < 3; ++round) {  // the two slots of each exchange reused, in both passes
+    SCOPED_TRACE(str_cat("round ", round));
+    auto random = [&](const Shape& s, const std::string& what) {
+      Tensor host = cpu_context().empty(s, DType::BF16);
+      fill_random(host, seed_from(str_cat("cp ring ", what, round, "#", world->rank())));
+      Tensor x = ctx->empty(s, DType::BF16);
+      copy_tensor(*ctx, x, host);
+      return x;
+    };
+    const Tensor q = random({B, local_seq, H, D}, "q"), k = random({B, local_seq, G, D}, "k"),
+                 v = random({B, local_seq, G, D}, "v"), dout = random({B, local_seq, H, D}, "dout");
+    const ops::AttentionOptions causal{.causal = true};
+    std::vector<std::vector<double>> results[2];
+    for (int transport = 0; transport < 2; ++transport) {
+      const ContextParallel& cp = transport == 0 ? by_nccl : by_copy_engines;
+      Tensor out = ctx->empty(q.shape(), DType::BF16);
+      CpAttentionSaved saved = cp_attention_forward(*ctx, cp, CpCommType::P2P, out, q, k, v, causal);
+      Tensor dq = ctx->empty(q.shape(), DType::BF16), dk = ctx->empty(k.shape(), DType::BF16),
+             dv = ctx->empty(v.shape(), DType::BF16);
+      cp_attention_backward(*ctx, cp, CpCommType::P2P, std::move(saved), dq, dk, dv, dout, causal);
+      ctx->synchronize();
+      for (const Tensor& t : {out, dq, dk, dv}) results[transport].push_back(to_doubles(*ctx, t));
+    }
+    const char* names[] = {"out", "dq", "dk", "dv"};
+    for (size_t i = 0; i < 4; ++i) {
+      ASSERT_EQ(results[0][i].size(), results[1][i].size());
+      size_t differing = 0;
+      for (size_t j = 0; j < results[0][i].size(); ++j) differing += results[0][i][j] != results[1][i][j];
+      EXPECT_EQ(differing, 0u) << names[i] << ": elements that differ from the NCCL ring's";
+    }
+  }
+  // The two GPUs of one machine map each other's memory: the copy engines carried the blocks, not NCCL.
+  EXPECT_NE(by_copy_engines.ring_peers->kv.get(*ctx, *nccl, 1), nullptr);
+  EXPECT_NE(by_copy_engines.ring_peers->grads.get(*ctx, *nccl, 1), nullptr);
+}
+#endif
 
 }  // namespace
 }  // namespace megatron::parallel

@@ -36,6 +36,8 @@ namespace megatron::parallel {
 
 enum class CpCommType { P2P, A2A, AllGather, A2AP2P };
 
+struct RingPeers;  // ring_attention.h: the ring's copy-engine transport
+
 // "p2p", "a2a", "all_gather" (or "allgather"), "a2a+p2p"; throws naming the accepted spellings otherwise.
 CpCommType parse_cp_comm_type(std::string_view name);
 const char* cp_comm_type_name(CpCommType type);
@@ -69,6 +71,8 @@ struct ContextParallel {
   // a2a+p2p: the all-to-all level (consecutive CP ranks) and the ring level; null otherwise.
   std::shared_ptr<comm::Communicator> a2a_group, p2p_group;
   std::vector<CpCommType> comm_types = {CpCommType::P2P};  // one, or one per layer
+  // CUDA, --cp-comm-transport copy-engine: the p2p ring's blocks by the copy engines; null: NCCL.
+  std::shared_ptr<RingPeers> ring_peers;
 
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank() : 0; }

@@ -50,7 +50,7 @@ CpAttentionSaved cp_attention_forward(Context& ctx, const ContextParallel& cp, C
   switch (type) {
     case CpCommType::P2P: {
       CpAttentionSaved s{q, k, v, out, stats_for(ctx, q)};
-      ring_attention_forward(ctx, cp.group.get(), out, s.stats, q, k, v, options);
+      ring_attention_forward(ctx, cp.group.get(), out, s.stats, q, k, v, options, cp.ring_peers.get());
       return s;
     }
     case CpCommType::AllGather: {
@@ -80,7 +80,8 @@ void cp_attention_backward(Context& ctx, const ContextParallel& cp, CpCommType t
   CpAttentionSaved s = std::move(saved);
   switch (type) {
     case CpCommType::P2P:
-      ring_attention_backward(ctx, cp.group.get(), dq, dk, dv, dout, s.q, s.k, s.v, s.out, s.stats, options);
+      ring_attention_backward(ctx, cp.group.get(), dq, dk, dv, dout, s.q, s.k, s.v, s.out, s.stats, options,
+                              cp.ring_peers.get());
       return;
     case CpCommType::AllGather:
       all_gather_attention_backward(ctx, *cp.group, dq, dk, dv, dout, s.q, s.k, s.v, s.out, s.stats, options);

@@ -19,20 +19,23 @@ namespace {
 int64_t round_up(int64_t bytes, int64_t to) { return (bytes + to - 1) / to * to; }
 }  // namespace
 
-// This rank's allocation and every peer's, mapped: [arrival words x n | free words x n | pad] [slot x n].
-// Rank r's arrival word s is raised by s when its push into slot s of r has landed; r's free word p is raised
-// by p when p has released the slot it holds for r.
+// This rank's allocation and every peer's, mapped: [arrival words x n | free words x n | pad] then `depth` slots
+// for each source (every rank by number, or only the previous one). Rank r's arrival word s is raised by s when
+// a push of s into r has landed; r's free word p is raised by p when p has released a slot it holds for r.
 struct PeerExchange::Mapping {
   std::vector<std::byte*> base;  // per rank; base[rank] is our own cudaMalloc, the others IPC mappings
   int64_t flag_bytes = 0;
-  int rank = 0, size = 0;
+  int rank = 0, size = 0, depth = 1;
+  bool from_previous_only = false;
 
   uint64_t* arrival_word(int on, int from) const { return reinterpret_cast<uint64_t*>(base[size_t(on)]) + from; }
   uint64_t* free_word(int on, int from) const {
     return reinterpret_cast<uint64_t*>(base[size_t(on)]) + size + from;
   }
-  std::byte* slot(int on, int from, int64_t slot_bytes) const {
-    return base[size_t(on)] + flag_bytes + int64_t(from) * slot_bytes;
+  // Slot of push number `n` (from 1) of rank `from` on rank `on`.
+  std::byte* slot(int on, int from, uint64_t n, int64_t slot_bytes) const {
+    const int64_t source = from_previous_only ? 0 : from;
+    return base[size_t(on)] + flag_bytes + (source * depth + int64_t((n - 1) % uint64_t(depth))) * slot_bytes;
   }
 
   ~Mapping() {
@@ -46,26 +49,32 @@ struct PeerExchange::Mapping {
   }
 };
 
-std::unique_ptr<PeerExchange> PeerExchange::create(Context& ctx, comm::Communicator& group, int64_t slot_bytes) {
+std::unique_ptr<PeerExchange> PeerExchange::create(Context& ctx, comm::Communicator& group, int64_t slot_bytes,
+                                                   PeerExchangeOptions options) {
+  MEGATRON_CHECK(options.depth >= 1, "PeerExchange: depth ", options.depth, " (at least one slot per source)");
   if (!ctx.is_cuda() || group.size() < 2) return nullptr;
   const int n = group.size(), me = group.rank();
   std::unique_ptr<PeerExchange> px(new PeerExchange());
   px->rank_ = me;
   px->size_ = n;
   px->slot_bytes_ = round_up(std::max<int64_t>(slot_bytes, 1), 1 << 20);
+  px->options_ = options;
   px->pushed_.assign(size_t(n), 0);
   px->arrived_.assign(size_t(n), 0);
   px->released_.assign(size_t(n), 0);
   auto m = std::make_unique<Mapping>();
   m->rank = me;
   m->size = n;
+  m->depth = options.depth;
+  m->from_previous_only = options.from_previous_only;
   m->flag_bytes = round_up(2 * int64_t(n) * int64_t(sizeof(uint64_t)), 4096);
   m->base.assign(size_t(n), nullptr);
+  const int64_t sources = options.from_previous_only ? 1 : n;
 
   // Our buffer and its handle; every rank takes part in both exchanges below whatever happened here.
   void* own = nullptr;
   cudaIpcMemHandle_t handle{};
-  bool ok = cudaMalloc(&own, size_t(m->flag_bytes + int64_t(n) * px->slot_bytes_)) == cudaSuccess;
+  bool ok = cudaMalloc(&own, size_t(m->flag_bytes + sources * options.depth * px->slot_bytes_)) == cudaSuccess;
   if (ok) {
     m->base[size_t(me)] = static_cast<std::byte*>(own);
     ok = cudaMemset(own, 0, size_t(m->flag_bytes)) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
@@ -97,33 +106,49 @@ std::unique_ptr<PeerExchange> PeerExchange::create(Context& ctx, comm::Communica
   return px;
 }
 
-Tensor PeerExchange::slot(int src, const Shape& shape, DType dtype) const {
-  MEGATRON_CHECK(src != rank_ && src >= 0 && src < size_, "PeerExchange::slot: source rank ", src, " of ", size_,
+void PeerExchange::check_peer(const char* what, int peer) const {
+  MEGATRON_CHECK(peer != rank_ && peer >= 0 && peer < size_, "PeerExchange::", what, ": rank ", peer, " of ", size_,
                  " (this rank is ", rank_, ")");
-  MEGATRON_CHECK(int64_t(shape.numel()) * int64_t(dtype_size(dtype)) <= slot_bytes_, "PeerExchange::slot: ",
-                 shape.numel(), " elements of ", dtype, " exceed the ", slot_bytes_, "-byte slot");
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  return Tensor::from_blob(mapping_->slot(rank_, src, slot_bytes_), shape, dtype, Device::cuda(device));
 }
 
-void PeerExchange::push(StreamHandle stream, const Tensor& data, int dst) {
-  MEGATRON_CHECK(dst != rank_ && dst >= 0 && dst < size_, "PeerExchange::push: destination rank ", dst, " of ",
-                 size_, " (this rank is ", rank_, ")");
-  MEGATRON_CHECK(int64_t(data.nbytes()) <= slot_bytes_, "PeerExchange::push: ", data.describe(), " exceeds the ",
-                 slot_bytes_, "-byte slot");
-  const uint64_t n = ++pushed_[size_t(dst)];
-  if (n > 1) enqueue_wait_at_least(stream, mapping_->free_word(rank_, dst), n - 1);  // dst read our last push
-  CUDA_CHECK(cudaMemcpyAsync(mapping_->slot(dst, rank_, slot_bytes_), data.data_ptr(), data.nbytes(),
-                             cudaMemcpyDeviceToDevice, stream));
+Tensor PeerExchange::slot(int src, const Shape& shape, DType dtype, int64_t byte_offset) const {
+  check_peer("slot", src);
+  const uint64_t n = arrived_[size_t(src)];
+  MEGATRON_CHECK(n > 0, "PeerExchange::slot: nothing from rank ", src, " has been waited for yet");
+  MEGATRON_CHECK(byte_offset >= 0 && byte_offset + int64_t(shape.numel()) * int64_t(dtype_size(dtype)) <= slot_bytes_,
+                 "PeerExchange::slot: ", shape.numel(), " elements of ", dtype, " from byte ", byte_offset,
+                 " exceed the ", slot_bytes_, "-byte slot");
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  return Tensor::from_blob(mapping_->slot(rank_, src, n, slot_bytes_) + byte_offset, shape, dtype,
+                           Device::cuda(device));
+}
+
+void PeerExchange::push(StreamHandle stream, std::span<const Tensor> parts, int dst) {
+  check_peer("push", dst);
+  MEGATRON_CHECK(!options_.from_previous_only || dst == (rank_ + 1) % size_, "PeerExchange::push: a ring exchange ",
+                 "pushes to rank ", (rank_ + 1) % size_, " only, not ", dst);
+  int64_t bytes = 0;
+  for (const Tensor& part : parts) bytes += int64_t(part.nbytes());
+  MEGATRON_CHECK(bytes <= slot_bytes_, "PeerExchange::push: ", bytes, " bytes exceed the ", slot_bytes_,
+                 "-byte slot");
+  const uint64_t n = ++pushed_[size_t(dst)], depth = uint64_t(options_.depth);
+  if (n > depth) enqueue_wait_at_least(stream, mapping_->free_word(rank_, dst), n - depth);  // dst read that slot
+  std::byte* to = mapping_->slot(dst, rank_, n, slot_bytes_);
+  for (const Tensor& part : parts) {
+    CUDA_CHECK(cudaMemcpyAsync(to, part.data_ptr(), part.nbytes(), cudaMemcpyDeviceToDevice, stream));
+    to += part.nbytes();
+  }
   enqueue_raise(stream, mapping_->arrival_word(dst, rank_), n);
 }
 
 void PeerExchange::wait_arrival(StreamHandle stream, int src) {
+  check_peer("wait_arrival", src);
   enqueue_wait_at_least(stream, mapping_->arrival_word(rank_, src), ++arrived_[size_t(src)]);
 }
 
 void PeerExchange::release(StreamHandle stream, int src) {
+  check_peer("release", src);
   enqueue_raise(stream, mapping_->free_word(src, rank_), ++released_[size_t(src)]);
 }
 
@@ -131,9 +156,16 @@ void PeerExchange::release(StreamHandle stream, int src) {
 
 struct PeerExchange::Mapping {};
 
-std::unique_ptr<PeerExchange> PeerExchange::create(Context&, comm::Communicator&, int64_t) { return nullptr; }
-Tensor PeerExchange::slot(int, const Shape&, DType) const { MEGATRON_FAIL("PeerExchange: a build without CUDA"); }
-void PeerExchange::push(StreamHandle, const Tensor&, int) { MEGATRON_FAIL("PeerExchange: a build without CUDA"); }
+std::unique_ptr<PeerExchange> PeerExchange::create(Context&, comm::Communicator&, int64_t, PeerExchangeOptions) {
+  return nullptr;
+}
+void PeerExchange::check_peer(const char*, int) const {}
+Tensor PeerExchange::slot(int, const Shape&, DType, int64_t) const {
+  MEGATRON_FAIL("PeerExchange: a build without CUDA");
+}
+void PeerExchange::push(StreamHandle, std::span<const Tensor>, int) {
+  MEGATRON_FAIL("PeerExchange: a build without CUDA");
+}
 void PeerExchange::wait_arrival(StreamHandle, int) { MEGATRON_FAIL("PeerExchange: a build without CUDA"); }
 void PeerExchange::release(StreamHandle, int) { MEGATRON_FAIL("PeerExchange: a build without CUDA"); }
 
@@ -151,7 +183,7 @@ std::shared_ptr<PeerExchange> PeerExchangeCache::get(Context& ctx, comm::Communi
     group.barrier();  // and theirs into ours: nobody touches the old buffers any more
     exchange_.reset();
   }
-  exchange_ = PeerExchange::create(ctx, group, bytes);
+  exchange_ = PeerExchange::create(ctx, group, bytes, options_);
   if (!exchange_) {
     unavailable_ = true;
     if (group.rank() == 0)

@@ -4,14 +4,16 @@
 // shorter one hidden), while a peer memcpy, which the copy engines do without a kernel, hides 50-75% of it.
 // Transformer Engine's userbuffers take the same route.
 //
-// Every rank of the group allocates one staging buffer of `size()` slots and a block of flag words, and maps
-// every other rank's (CUDA IPC; the handles travel through the group's host all-reduce). Slot s of rank d's
-// buffer is where rank s's pushes to d land. A push and its consumption are ordered by two counters per pair:
+// Every rank of the group allocates one staging buffer with `depth` slots for each rank that pushes to it (every
+// other rank, or only rank - 1 for a ring) and a block of flag words, and maps every other rank's (CUDA IPC; the
+// handles travel through the group's host all-reduce). Push n from rank s to rank d lands in s's slot
+// (n - 1) % depth on d. A push and its consumption are ordered by two counters per pair:
 //
-//   push(stream, data, d)      on `stream`: wait until d has released its slot for us as often as we pushed
-//                              before (the slot is free), copy `data` into it, then raise d's arrival word for us
+//   push(stream, parts, d)     on `stream`: wait until d has released our push depth pushes back (its slot is
+//                              free), copy the parts back to back into the slot, then raise d's arrival word for us
 //                              to the number of pushes so far;
-//   wait_arrival(stream, s)    on `stream`: wait until s's arrival word reaches the number of waits so far;
+//   wait_arrival(stream, s)    on `stream`: wait until s's arrival word reaches the number of waits so far; slot(s)
+//                              is then where that push landed;
 //   release(stream, s)         on `stream`, after the work that reads slot(s): raise s's free word for us.
 //
 // The waits are one-thread kernels spinning on a word of this GPU's memory, the raises one-thread kernels
@@ -23,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "megatron/comm/communicator.h"
@@ -30,11 +33,17 @@
 
 namespace megatron::parallel {
 
+struct PeerExchangeOptions {
+  int depth = 1;                    // slots per source: a push waits for the release of the one `depth` back
+  bool from_previous_only = false;  // a ring: only rank - 1 pushes to a rank (and a rank only to rank + 1)
+};
+
 class PeerExchange {
  public:
   // Collective over `group` (every rank calls it): slots of `slot_bytes` each. Null on every rank when any
   // rank cannot map the others' memory.
-  static std::unique_ptr<PeerExchange> create(Context& ctx, comm::Communicator& group, int64_t slot_bytes);
+  static std::unique_ptr<PeerExchange> create(Context& ctx, comm::Communicator& group, int64_t slot_bytes,
+                                              PeerExchangeOptions options = {});
   ~PeerExchange();
   PeerExchange(const PeerExchange&) = delete;
   PeerExchange& operator=(const PeerExchange&) = delete;
@@ -43,10 +52,11 @@ class PeerExchange {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  // Where `src`'s pushes land on this rank, viewed as `shape` of `dtype` (at most slot_bytes()).
-  Tensor slot(int src, const Shape& shape, DType dtype) const;
+  // Where `src`'s latest awaited push landed on this rank, from `byte_offset` on, viewed as `shape` of `dtype`.
+  Tensor slot(int src, const Shape& shape, DType dtype, int64_t byte_offset = 0) const;
 
-  void push(StreamHandle stream, const Tensor& data, int dst);
+  void push(StreamHandle stream, std::span<const Tensor> parts, int dst);
+  void push(StreamHandle stream, const Tensor& data, int dst) { push(stream, std::span<const Tensor>(&data, 1), dst); }
   void wait_arrival(StreamHandle stream, int src);
   void release(StreamHandle stream, int src);
 
@@ -56,6 +66,8 @@ class PeerExchange {
   std::unique_ptr<Mapping> mapping_;
   int rank_ = 0, size_ = 1;
   int64_t slot_bytes_ = 0;
+  PeerExchangeOptions options_;
+  void check_peer(const char* what, int peer) const;
   std::vector<uint64_t> pushed_, arrived_, released_;  // per peer: pushes to it, waits for it, releases of it
 };
 
@@ -65,9 +77,11 @@ class PeerExchange {
 // its exchange (shared), so remaking one never pulls buffers from under it.
 class PeerExchangeCache {
  public:
+  explicit PeerExchangeCache(PeerExchangeOptions options = {}) : options_(options) {}
   std::shared_ptr<PeerExchange> get(Context& ctx, comm::Communicator& group, int64_t bytes);
 
  private:
+  PeerExchangeOptions options_;
   std::shared_ptr<PeerExchange> exchange_;
   bool unavailable_ = false;
 };

@@ -3,7 +3,9 @@
 #include <array>
 
 #include "megatron/ops/attention/attention_merge.h"
+#include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/parallel/sequence_rows.h"
+#include "megatron/runtime/timeline.h"
 #include "megatron/tensor/op_checks.h"
 
 namespace megatron::parallel {
@@ -66,6 +68,103 @@ ops::AttentionOptions block_options(const ops::AttentionOptions& options, const 
   return o;
 }
 
+// The copy-engine channels for blocks of `bytes` on this ring, or none (CPU, no peers asked, unmappable).
+struct Channels {
+  std::shared_ptr<PeerExchange> kv, grads;
+  StreamFork* side = nullptr;
+  explicit operator bool() const { return kv != nullptr; }
+};
+Channels channels(Context& ctx, RingPeers* peers, const Ring& ring, int64_t bytes, bool with_grads) {
+  if (peers == nullptr || !ctx.is_cuda() || ring.size < 2) return {};
+  Channels c;
+  c.kv = peers->kv.get(ctx, *ring.group, bytes);
+  if (c.kv && with_grads) c.grads = peers->grads.get(ctx, *ring.group, bytes);
+  if (!c.kv || (with_grads && !c.grads)) return {};
+  if (!peers->side) peers->side = std::make_unique<StreamFork>(ctx);
+  c.side = peers->side.get();
+  return c;
+}
+
+// A block that landed in `px`'s slot from the previous rank, shaped like `like`.
+KvBlock landed(const PeerExchange& px, int prev, const KvBlock& like) {
+  return {px.slot(prev, like.k.shape(), like.k.dtype()),
+          px.slot(prev, like.v.shape(), like.v.dtype(), int64_t(like.k.nbytes()))};
+}
+
+// Pushes `block` (k then v) to the next rank on the side stream, after ctx's work so far.
+void push_block(Context& ctx, const Channels& c, PeerExchange& px, const KvBlock& block, int next, const char* what) {
+  const StreamHandle side = c.side->fork(ctx);
+  TimelineScope span(ctx.timeline(), what, "cp-comm", side);
+  const std::array<Tensor, 2> parts = {block.k, block.v};
+  px.push(side, parts, next);
+}
+
+// Frees the slot holding the previous rank's latest block once ctx's work so far (what read it) is done; queued
+// on the side stream, behind the push that forwarded it.
+void release_block(Context& ctx, const Channels& c, PeerExchange& px, int prev) {
+  px.release(c.side->fork(ctx), prev);
+}
+
+void ring_forward_by_copy_engines(Context& ctx, const Ring& ring, const Channels& c, const Tensor& out,
+                                  const Tensor& stats, const Tensor& q, const KvBlock& local,
+                                  const ops::AttentionOptions& options) {
+  PeerExchange& px = *c.kv;
+  KvBlock current = local;
+  for (int step = 0; step < ring.size; ++step) {
+    if (step > 0) {
+      px.wait_arrival(ctx.stream(), ring.prev());
+      current = landed(px, ring.prev(), local);
+    }
+    if (step + 1 < ring.size) push_block(ctx, c, px, current, ring.next(), "ring push (k, v)");
+    {
+      TimelineScope span(ctx.timeline(), "ring attention step", "cp-attention");
+      ring_attention_forward_step(ctx, ring.at(step), out, stats, q, current.k, current.v, options);
+    }
+    if (step > 0) release_block(ctx, c, px, ring.prev());
+  }
+  c.side->join(ctx);
+}
+
+// The backward's blocks travel as the forward's, and with each the gradient the ranks before accumulated for it:
+// received into a slot, this rank's part added in place there, pushed on; the last one to arrive is this
+// rank's own block's, copied out into dk, dv.
+void ring_backward_by_copy_engines(Context& ctx, const Ring& ring, const Channels& c, const Tensor& dq,
+                                   const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                                   const KvBlock& local, const Tensor& out, const Tensor& stats,
+                                   const ops::AttentionOptions& options) {
+  PeerExchange& px = *c.kv;
+  PeerExchange& gx = *c.grads;
+  KvBlock current = local;
+  for (int step = 0; step < ring.size; ++step) {
+    if (step > 0) {
+      px.wait_arrival(ctx.stream(), ring.prev());
+      current = landed(px, ring.prev(), local);
+    }
+    if (step + 1 < ring.size) push_block(ctx, c, px, current, ring.next(), "ring push (k, v)");
+    RingBlockGrads g;
+    {
+      TimelineScope span(ctx.timeline(), "ring attention backward step", "cp-attention");
+      g = ring_attention_backward_step(ctx, ring.at(step), dq, dout, q, current.k, current.v, out, stats, options);
+    }
+    if (step > 0) release_block(ctx, c, px, ring.prev());
+    KvBlock grads{g.dk, g.dv};
+    if (step > 0) {  // the gradient the ranks before this one accumulated for the block, plus this rank's part
+      gx.wait_arrival(ctx.stream(), ring.prev());
+      grads = landed(gx, ring.prev(), local);
+      add_rows(ctx, grads.k, 0, g.dk);
+      add_rows(ctx, grads.v, 0, g.dv);
+    }
+    push_block(ctx, c, gx, grads, ring.next(), "ring push (dk, dv)");
+    if (step > 0) release_block(ctx, c, gx, ring.prev());
+  }
+  gx.wait_arrival(ctx.stream(), ring.prev());  // this rank's own block's gradient, complete
+  const KvBlock mine = landed(gx, ring.prev(), local);
+  ops::copy(ctx, dk, mine.k);
+  ops::copy(ctx, dv, mine.v);
+  gx.release(ctx.stream(), ring.prev());
+  c.side->join(ctx);
+}
+
 }  // namespace
 
 void ring_attention_forward_step(Context& ctx, const RingStep& at, const Tensor& out, const Tensor& stats,
@@ -122,8 +221,13 @@ RingBlockGrads ring_attention_backward_step(Context& ctx, const RingStep& at, co
 }
 
 void ring_attention_forward(Context& ctx, comm::Communicator* group, const Tensor& out, const Tensor& stats,
-                            const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionOptions& options) {
+                            const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionOptions& options,
+                            RingPeers* peers) {
   const Ring ring(group);
+  if (const Channels c = channels(ctx, peers, ring, int64_t(k.nbytes() + v.nbytes()), false)) {
+    ring_forward_by_copy_engines(ctx, ring, c, out, stats, q, KvBlock{k, v}, options);
+    return;
+  }
   KvBlock current{k, v};
   for (int step = 0; step < ring.size; ++step) {
     // The next block travels while this one is computed.
@@ -141,11 +245,16 @@ void ring_attention_forward(Context& ctx, comm::Communicator* group, const Tenso
 
 void ring_attention_backward(Context& ctx, comm::Communicator* group, const Tensor& dq, const Tensor& dk,
                              const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& out, const Tensor& stats, const ops::AttentionOptions& options) {
+                             const Tensor& out, const Tensor& stats, const ops::AttentionOptions& options,
+                             RingPeers* peers) {
   const Ring ring(group);
   if (ring.size == 1) {
     ops::attention_backward(ctx, dq, dk, dv, dout, q, k, v, out, stats,
                             block_options(options, ring.at(0), q.dim(1) / 2, 0, q.dim(1), q.dim(1)));
+    return;
+  }
+  if (const Channels c = channels(ctx, peers, ring, int64_t(k.nbytes() + v.nbytes()), true)) {
+    ring_backward_by_copy_engines(ctx, ring, c, dq, dk, dv, dout, q, KvBlock{k, v}, out, stats, options);
     return;
   }
   // `grads` accumulates the gradient of the block this rank holds and travels on with it; after the last

@@ -30,6 +30,8 @@
 
 #include "megatron/comm/communicator.h"
 #include "megatron/ops/attention/attention.h"
+#include "megatron/parallel/peer_exchange.h"
+#include "megatron/parallel/stream_fork.h"
 
 namespace megatron::parallel {
 
@@ -55,11 +57,25 @@ struct RingBlockGrads {
                                                           const Tensor& v_block, const Tensor& out,
                                                           const Tensor& stats, const ops::AttentionOptions& options);
 
+// The ring's copy-engine transport (--cp-comm-transport copy-engine; peer_exchange.h): each block is pushed
+// straight into the next rank's staging slot while the current one is computed, two slots per ring exchange so
+// a block can land while the previous one is still read, one exchange for the key/value blocks and one for the
+// gradients travelling with them in the backward, and a side stream for the pushes. Made on first use (CUDA);
+// where the ranks cannot map each other's memory the exchanges are null and the ring uses NCCL.
+struct RingPeers {
+  PeerExchangeCache kv{PeerExchangeOptions{.depth = 2, .from_previous_only = true}};
+  PeerExchangeCache grads{PeerExchangeOptions{.depth = 2, .from_previous_only = true}};
+  std::unique_ptr<StreamFork> side;  // made with the first exchange
+};
+
+// `peers` (null: NCCL point-to-point, or MPI on CPU ranks) moves the blocks by the copy engines on GPUs.
 void ring_attention_forward(Context& ctx, comm::Communicator* group, const Tensor& out, const Tensor& stats,
-                            const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionOptions& options);
+                            const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionOptions& options,
+                            RingPeers* peers = nullptr);
 
 void ring_attention_backward(Context& ctx, comm::Communicator* group, const Tensor& dq, const Tensor& dk,
                              const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& out, const Tensor& stats, const ops::AttentionOptions& options);
+                             const Tensor& out, const Tensor& stats, const ops::AttentionOptions& options,
+                             RingPeers* peers = nullptr);
 
 }  // namespace megatron::parallel

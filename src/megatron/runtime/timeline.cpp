@@ -22,10 +22,10 @@ double host_now_us() {
 // Chrome trace "threads": one row per kind of work, in this order.
 int thread_of(const std::string& category) {
   static const std::map<std::string, int> rows = {
-      {"schedule", 0}, {"compute", 1}, {"p2p", 2}, {"grad-reduce", 3}, {"optimizer", 4}, {"tp-gemm", 5},
-      {"tp-comm", 6}};
+      {"schedule", 0}, {"compute", 1}, {"p2p", 2},         {"grad-reduce", 3},  {"optimizer", 4},
+      {"tp-gemm", 5},  {"tp-comm", 6}, {"cp-attention", 7}, {"cp-comm", 8}};
   auto it = rows.find(category);
-  return it == rows.end() ? 7 : it->second;
+  return it == rows.end() ? 9 : it->second;
 }
 
 std::string json_string(const std::string& s) {
@@ -139,7 +139,8 @@ std::string Timeline::chrome_trace(int pid, const std::string& process_name) con
   char buf[160];
   std::snprintf(buf, sizeof buf, R"({"ph":"M","pid":%d,"name":"process_name","args":{"name":)", pid);
   out += buf + json_string(process_name) + "}}";
-  for (const char* row : {"schedule", "compute", "p2p", "grad-reduce", "optimizer", "tp-gemm", "tp-comm"}) {
+  for (const char* row :
+       {"schedule", "compute", "p2p", "grad-reduce", "optimizer", "tp-gemm", "tp-comm", "cp-attention", "cp-comm"}) {
     std::snprintf(buf, sizeof buf, R"(,
 {"ph":"M","pid":%d,"tid":%d,"name":"thread_name","args":{"name":"%s"}})", pid, thread_of(row), row);
     out += buf;

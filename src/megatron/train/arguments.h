@@ -217,6 +217,8 @@ struct ParallelArguments {
   // Ours: how the pipelined collectives move their chunks on GPUs: "copy-engine" (peer memcpys between the GPUs
   // of a node, falling back to NCCL where the ranks cannot map each other's memory) or "nccl".
   std::string tp_comm_overlap_transport = "copy-engine";
+  // Ours: how the p2p ring of context parallelism moves its blocks on GPUs: "nccl" or "copy-engine".
+  std::string cp_comm_transport = "nccl";
   bool use_distributed_optimizer = false;
   // Megatron FSDP: module-group buckets, and what of them persists only as 1/DP shards (Megatron's default
   // strategy; with --use-megatron-fsdp every strategy but no_shard implies the distributed optimizer).

@@ -285,6 +285,32 @@ std::vector<FlagSpec> recompute_flags() {
   };
 }
 
+// Context parallelism: the split, the attention's communication, hybrid (dynamic) CP.
+std::vector<FlagSpec> context_parallel_flags() {
+  return {
+      flag("--context-parallel-size", &A::parallel, &P::context_parallel_size,
+           "CP: each sequence split over this many ranks (2 x CP chunks, rank r keeping chunks r and 2CP-1-r)"),
+      flag("--cp-comm-type", &A::parallel, &P::cp_comm_type,
+           "context-parallel attention: p2p (ring, default), a2a (all-to-all over heads), all_gather (K/V "
+           "gathered) or a2a+p2p; one for every layer or one per layer",
+           {"p2p", "a2a", "all_gather", "allgather", "a2a+p2p"}),
+      flag("--hierarchical-context-parallel-sizes", &A::parallel, &P::hierarchical_context_parallel_sizes,
+           "a2a+p2p: the all-to-all group size, then the ring size (product = CP)"),
+      flag("--hybrid-context-parallel", &A::parallel, &P::hybrid_context_parallel,
+           "packed documents: each micro-batch runs on the fewest CP ranks its longest document needs (a power of "
+           "two), the others running other micro-batches meanwhile (needs --max-seqlen-per-dp-cp-rank)"),
+      flag("--dynamic-context-parallel", &A::parallel, &P::hybrid_context_parallel,
+           "the same as --hybrid-context-parallel (the name NVIDIA's blog uses)"),
+      flag("--max-seqlen-per-dp-cp-rank", &A::parallel, &P::max_seqlen_per_dp_cp_rank,
+           "hybrid context parallelism: the tokens of one document one CP rank takes"),
+      flag("--cp-comm-transport", &A::parallel, &P::cp_comm_transport,
+           "ours: how the p2p ring moves its key/value and gradient blocks on GPUs: nccl (point-to-point) or "
+           "copy-engine (peer memcpys between the GPUs of a node, falling back to NCCL where the ranks cannot map "
+           "each other's memory)",
+           {"nccl", "copy-engine"}),
+  };
+}
+
 // The parallel layout and data-parallel options.
 std::vector<FlagSpec> parallel_flags() {
   return {
@@ -315,21 +341,6 @@ std::vector<FlagSpec> parallel_flags() {
       flag("--no-overlap-p2p-communication", &A::parallel, &P::no_overlap_p2p_communication,
            "wait for each pipeline send/recv where it is posted instead of just before its data is used; the "
            "interleaved schedule then also batches a forward's send with the following backward's"),
-      flag("--context-parallel-size", &A::parallel, &P::context_parallel_size,
-           "CP: each sequence split over this many ranks (2 x CP chunks, rank r keeping chunks r and 2CP-1-r)"),
-      flag("--cp-comm-type", &A::parallel, &P::cp_comm_type,
-           "context-parallel attention: p2p (ring, default), a2a (all-to-all over heads), all_gather (K/V "
-           "gathered) or a2a+p2p; one for every layer or one per layer",
-           {"p2p", "a2a", "all_gather", "allgather", "a2a+p2p"}),
-      flag("--hierarchical-context-parallel-sizes", &A::parallel, &P::hierarchical_context_parallel_sizes,
-           "a2a+p2p: the all-to-all group size, then the ring size (product = CP)"),
-      flag("--hybrid-context-parallel", &A::parallel, &P::hybrid_context_parallel,
-           "packed documents: each micro-batch runs on the fewest CP ranks its longest document needs (a power of "
-           "two), the others running other micro-batches meanwhile (needs --max-seqlen-per-dp-cp-rank)"),
-      flag("--dynamic-context-parallel", &A::parallel, &P::hybrid_context_parallel,
-           "the same as --hybrid-context-parallel (the name NVIDIA's blog uses)"),
-      flag("--max-seqlen-per-dp-cp-rank", &A::parallel, &P::max_seqlen_per_dp_cp_rank,
-           "hybrid context parallelism: the tokens of one document one CP rank takes"),
       flag("--expert-model-parallel-size", &A::parallel, &P::expert_model_parallel_size,
            "EP: the experts of each MoE layer split over this many ranks (folded over DP x CP x TP)"),
       flag("--expert-tensor-parallel-size", &A::parallel, &P::expert_tensor_parallel_size,
@@ -427,8 +438,9 @@ std::vector<FlagSpec> checkpoint_flags() {
 const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = [] {
     std::vector<FlagSpec> all;
-    for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &tp_comm_overlap_flags, &training_flags,
-                       &schedule_flags, &logging_flags, &parallel_flags, &data_flags, &checkpoint_flags, &compat_flags})
+    for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &tp_comm_overlap_flags,
+                       &context_parallel_flags, &training_flags, &schedule_flags, &logging_flags, &parallel_flags,
+                       &data_flags, &checkpoint_flags, &compat_flags})
       for (FlagSpec& f : group()) all.push_back(std::move(f));
     return all;
   }();

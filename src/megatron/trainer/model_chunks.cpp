@@ -1,5 +1,7 @@
 #include "megatron/trainer/model_chunks.h"
 
+#include "megatron/parallel/ring_attention.h"
+
 namespace megatron::trainer {
 
 std::vector<std::unique_ptr<nn::GPTModel>> build_model_chunks(Context& ctx, const nn::TransformerConfig& config,
@@ -29,6 +31,7 @@ parallel::ContextParallel context_parallel(const parallel::ParallelContext& para
     cp.comm_types.clear();
     for (const std::string& type : args.parallel.cp_comm_type) cp.comm_types.push_back(parallel::parse_cp_comm_type(type));
   }
+  if (args.parallel.cp_comm_transport == "copy-engine") cp.ring_peers = std::make_shared<parallel::RingPeers>();
   const std::vector<parallel::ProcessGroup>& levels = parallel.hierarchical_cp();
   if (levels.size() == 2) {
     cp.a2a_group = levels[0].comm;
