@@ -264,15 +264,24 @@ TEST(TensorParallelMappings, ShapeErrorsNameTheGroupAndShapes) {
 }
 
 #if MEGATRON_WITH_NCCL
-TEST(TensorParallelMappingsGpu, MatchDirectComputationOnTwoGpusWithOverlap) {
+// Two ranks with a GPU each: each rank's context and the NCCL group over both (null context: skip the test).
+struct TwoGpus {
+  std::unique_ptr<Context> ctx;
+  std::shared_ptr<comm::Communicator> nccl;
+};
+TwoGpus two_gpus() {
   auto world = testing::mpi_world();
   const int count = cuda_device_count();
-  if (count == 0 || world->size() != 2 || testing::mpi_runtime().local_size() > count)
-    GTEST_SKIP() << "needs 2 ranks with a GPU each";
+  if (count == 0 || world->size() != 2 || testing::mpi_runtime().local_size() > count) return {};
   const Device device = Device::cuda(testing::mpi_runtime().local_rank() % count);
-  auto ctx = Context::create(device);
-  std::shared_ptr<comm::Communicator> nccl =
-      comm::NcclCommunicator::create(*world, device.index, "tp", comm::timeout_from_minutes(2.0));
+  TwoGpus g{Context::create(device), nullptr};
+  g.nccl = comm::NcclCommunicator::create(*world, device.index, "tp", comm::timeout_from_minutes(2.0));
+  return g;
+}
+
+TEST(TensorParallelMappingsGpu, MatchDirectComputationOnTwoGpusWithOverlap) {
+  const auto [ctx, nccl] = two_gpus();
+  if (!ctx) GTEST_SKIP() << "needs 2 ranks with a GPU each";
   for (bool async : {false, true}) {
     SCOPED_TRACE(async ? "side stream" : "ctx stream");
     Env e{*ctx, TensorParallel::create(*ctx, nccl, true), async};
@@ -282,14 +291,8 @@ TEST(TensorParallelMappingsGpu, MatchDirectComputationOnTwoGpusWithOverlap) {
 }
 
 TEST(TensorParallelMappingsGpu, PipelinedCollectivesByCopyEnginesAndByNcclMatchDirectComputation) {
-  auto world = testing::mpi_world();
-  const int count = cuda_device_count();
-  if (count == 0 || world->size() != 2 || testing::mpi_runtime().local_size() > count)
-    GTEST_SKIP() << "needs 2 ranks with a GPU each";
-  const Device device = Device::cuda(testing::mpi_runtime().local_rank() % count);
-  auto ctx = Context::create(device);
-  std::shared_ptr<comm::Communicator> nccl =
-      comm::NcclCommunicator::create(*world, device.index, "tp", comm::timeout_from_minutes(2.0));
+  const auto [ctx, nccl] = two_gpus();
+  if (!ctx) GTEST_SKIP() << "needs 2 ranks with a GPU each";
   for (bool copy_engine : {true, false}) {
     SCOPED_TRACE(copy_engine ? "copy engines" : "NCCL point-to-point");
     Env e{*ctx, TensorParallel::create(*ctx, nccl, true)};

@@ -105,22 +105,29 @@ void release_block(Context& ctx, const Channels& c, PeerExchange& px, int prev) 
   px.release(c.side->fork(ctx), prev);
 }
 
+// The key/value block of `step` (this rank's own at step 0, else the one that landed from the previous rank),
+// pushed on to the next rank unless it is the last.
+KvBlock take_block(Context& ctx, const Ring& ring, const Channels& c, const KvBlock& local, int step) {
+  PeerExchange& px = *c.kv;
+  KvBlock block = local;
+  if (step > 0) {
+    px.wait_arrival(ctx.stream(), ring.prev());
+    block = landed(px, ring.prev(), local);
+  }
+  if (step + 1 < ring.size) push_block(ctx, c, px, block, ring.next(), "ring push (k, v)");
+  return block;
+}
+
 void ring_forward_by_copy_engines(Context& ctx, const Ring& ring, const Channels& c, const Tensor& out,
                                   const Tensor& stats, const Tensor& q, const KvBlock& local,
                                   const ops::AttentionOptions& options) {
-  PeerExchange& px = *c.kv;
-  KvBlock current = local;
   for (int step = 0; step < ring.size; ++step) {
-    if (step > 0) {
-      px.wait_arrival(ctx.stream(), ring.prev());
-      current = landed(px, ring.prev(), local);
-    }
-    if (step + 1 < ring.size) push_block(ctx, c, px, current, ring.next(), "ring push (k, v)");
+    const KvBlock current = take_block(ctx, ring, c, local, step);
     {
       TimelineScope span(ctx.timeline(), "ring attention step", "cp-attention");
       ring_attention_forward_step(ctx, ring.at(step), out, stats, q, current.k, current.v, options);
     }
-    if (step > 0) release_block(ctx, c, px, ring.prev());
+    if (step > 0) release_block(ctx, c, *c.kv, ring.prev());
   }
   c.side->join(ctx);
 }
@@ -132,21 +139,15 @@ void ring_backward_by_copy_engines(Context& ctx, const Ring& ring, const Channel
                                    const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                                    const KvBlock& local, const Tensor& out, const Tensor& stats,
                                    const ops::AttentionOptions& options) {
-  PeerExchange& px = *c.kv;
   PeerExchange& gx = *c.grads;
-  KvBlock current = local;
   for (int step = 0; step < ring.size; ++step) {
-    if (step > 0) {
-      px.wait_arrival(ctx.stream(), ring.prev());
-      current = landed(px, ring.prev(), local);
-    }
-    if (step + 1 < ring.size) push_block(ctx, c, px, current, ring.next(), "ring push (k, v)");
+    const KvBlock current = take_block(ctx, ring, c, local, step);
     RingBlockGrads g;
     {
       TimelineScope span(ctx.timeline(), "ring attention backward step", "cp-attention");
       g = ring_attention_backward_step(ctx, ring.at(step), dq, dout, q, current.k, current.v, out, stats, options);
     }
-    if (step > 0) release_block(ctx, c, px, ring.prev());
+    if (step > 0) release_block(ctx, c, *c.kv, ring.prev());
     KvBlock grads{g.dk, g.dv};
     if (step > 0) {  // the gradient the ranks before this one accumulated for the block, plus this rank's part
       gx.wait_arrival(ctx.stream(), ring.prev());
