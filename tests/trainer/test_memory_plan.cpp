@@ -119,6 +119,36 @@ TEST(MemoryPlan, HybridContextParallelPlansAWholeMicroBatchOnOneRank) {
                           [](const std::string& n) { return n.find("--hybrid-context-parallel") != std::string::npos; }));
 }
 
+// The copy-engine transports' staging (cudaMalloc'd beside the caching allocator) is a note with its size: for
+// --tp-comm-overlap two exchanges of a [T / TP, h] slot per TP rank, for the copy-engine ring two exchanges of
+// two [T, 2 G d] slots, each slot rounded up to 1 MiB, plus a page of flags each; nothing on CPU ranks.
+TEST(MemoryPlan, NotesTheCopyEnginesStagingOutsideTheAllocator) {
+  auto note_of = [](std::vector<std::string> flags, int world) {
+    std::vector<std::string> argv = {
+        "--num-layers", "2", "--hidden-size", "4096", "--num-attention-heads", "32", "--group-query-attention",
+        "--num-query-groups", "8", "--seq-length", "8192", "--micro-batch-size", "1", "--global-batch-size", "8",
+        "--train-iters", "2", "--lr", "1e-3", "--mock-data", "--vocab-size", "4096", "--bf16"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    train::Arguments a = train::parse_arguments(argv);
+    a.parallel.world_size = world;
+    train::resolve_and_validate(a);
+    const MemoryPlan plan = plan_memory(a);
+    for (const std::string& n : plan.notes)
+      if (n.find("copy engines' staging") != std::string::npos) return n;
+    return std::string();
+  };
+  // TP = 2: 4096 tokens x 4096 x 2 bytes = 32 MiB a slot, two slots, two exchanges.
+  EXPECT_NE(note_of({"--device", "cuda", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                     "--tp-comm-overlap"}, 2).find(" 128 MiB a rank"), std::string::npos);
+  EXPECT_EQ(note_of({"--device", "cuda", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                     "--tp-comm-overlap", "--tp-comm-overlap-transport", "nccl"}, 2), "");
+  // CP = 2: 4096 tokens x 2 x 8 x 128 x 2 bytes = 16 MiB a slot, two slots, two exchanges.
+  EXPECT_NE(note_of({"--device", "cuda", "--context-parallel-size", "2", "--cp-comm-transport", "copy-engine"}, 2)
+                .find(" 64 MiB a rank"), std::string::npos);
+  EXPECT_EQ(note_of({"--device", "cuda", "--context-parallel-size", "2"}, 2), "");
+  EXPECT_EQ(note_of({"--device", "cpu", "--context-parallel-size", "2", "--cp-comm-transport", "copy-engine"}, 2), "");
+}
+
 // The layout search: every candidate splits the GPUs exactly, passes the launch's validation and fits; the
 // list is ordered by the estimate; a memory cap below the plainest layout's peak keeps only what fits under it
 // (recomputation and more model parallelism).

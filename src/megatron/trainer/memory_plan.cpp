@@ -348,6 +348,23 @@ const RankMemory& MemoryPlan::worst() const {
                            [](const RankMemory& a, const RankMemory& b) { return a.peak < b.peak; });
 }
 
+// What the copy-engine transports allocate per rank with cudaMalloc, beside the caching allocator (on GPUs
+// only): --tp-comm-overlap's two exchanges (the pipelined and the bulk collectives), a slot per TP rank of one
+// sequence-parallel chunk [T / TP, h] each, and --cp-comm-transport copy-engine's two ring exchanges (key/value
+// blocks, gradients), two slots of a block [T, 2 G d / TP] each; every slot rounded up to 1 MiB.
+double copy_engine_staging(const train::Arguments& a, const Dims& x) {
+  const train::ParallelArguments& p = a.parallel;
+  if (!x.cuda) return 0;
+  auto slot = [](double bytes) { return std::ceil(bytes / double(1 << 20)) * double(1 << 20); };
+  double total = 0;
+  if (p.tp_comm_overlap && p.sequence_parallel && p.tensor_model_parallel_size > 1 &&
+      p.tp_comm_overlap_transport == "copy-engine")
+    total += 2 * (x.t * slot(x.T / x.t * x.h * x.e) + 4096);
+  if (p.context_parallel_size > 1 && p.cp_comm_transport == "copy-engine")
+    total += 2 * (2 * slot(x.T * 2 * x.g / x.t * x.d * x.e) + 4096);
+  return total;
+}
+
 MemoryPlan plan_memory(const train::Arguments& a) {
   MemoryPlan plan;
   if (a.moe.num_experts > 0 && a.moe.moe_expert_capacity_factor > 0)
@@ -359,6 +376,10 @@ MemoryPlan plan_memory(const train::Arguments& a) {
   const Dims x = dims_of(a);
   const MoeDims moe = moe_dims_of(a, x);
   const train::ParallelArguments& p = a.parallel;
+  if (const double staging = copy_engine_staging(a, x); staging > 0)
+    plan.notes.push_back(str_cat("the copy engines' staging buffers (parallel/peer_exchange.h): ",
+                                 std::llround(staging / double(1 << 20)), " MiB a rank, allocated outside the "
+                                 "caching allocator, so in no peak above"));
   const parallel::PipelineSplitConfig split_config = train::pipeline_split_config(a);
   const parallel::PipelineSplit split = parallel::split_layers(split_config);
   const int P = split_config.pipeline_size, V = split_config.virtual_size;
