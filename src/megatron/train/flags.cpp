@@ -246,7 +246,7 @@ std::vector<FlagSpec> tp_comm_overlap_flags() {
       flag("--tp-comm-overlap-rs-dgrad", &A::parallel, &P::tp_comm_overlap_rs_dgrad,
            "with --tp-comm-overlap: pipeline the column-parallel input gradient's reduce-scatter with its GEMM"),
       flag("--tp-comm-overlap-transport", &A::parallel, &P::tp_comm_overlap_transport,
-           "with --tp-comm-overlap on GPUs: move the pipelined chunks by the copy engines between the GPUs of a node "
+           "ours: with --tp-comm-overlap on GPUs, move the chunks by the copy engines between the GPUs of a node "
            "(falls back to NCCL where the ranks cannot map each other's memory) or by NCCL point-to-point",
            {"copy-engine", "nccl"})};
   const std::pair<const char*, bool P::*> parts[] = {{"overlap-ag", &P::disable_tp_comm_overlap_ag},
@@ -438,8 +438,10 @@ std::vector<FlagSpec> checkpoint_flags() {
 const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = [] {
     std::vector<FlagSpec> all;
+    // The order matters where two flags are as near to a mistyped one (nearest_flag takes the first): the
+    // layout's flags (TP, PP) come before context parallelism's, as in Megatron's argument groups.
     for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &tp_comm_overlap_flags,
-                       &context_parallel_flags, &training_flags, &schedule_flags, &logging_flags, &parallel_flags,
+                       &training_flags, &schedule_flags, &logging_flags, &parallel_flags, &context_parallel_flags,
                        &data_flags, &checkpoint_flags, &compat_flags})
       for (FlagSpec& f : group()) all.push_back(std::move(f));
     return all;
