@@ -1,8 +1,9 @@
 // PeerExchange: transfers between the GPUs of one node by the copy engines, for the collectives that overlap
-// GEMMs (tp_comm_overlap.h). Measured on two H200s (bench/RESULTS.md, scripts/gpu/tp_comm_probe.py): an NCCL
-// transfer on a side stream and a cuBLAS GEMM on the compute stream run almost one after the other (0-35% of the
-// shorter one hidden), while a peer memcpy, which the copy engines do without a kernel, hides 50-75% of it.
-// Transformer Engine's userbuffers take the same route.
+// GEMMs (tp_comm_overlap.h) and the context-parallel ring (ring_attention.h). Measured on two H200s
+// (bench/RESULTS.md 2026-11-29, scripts/gpu/tp_comm_probe.py): an NCCL transfer on a side stream and a cuBLAS GEMM
+// on the compute stream run almost one after the other (-12% to 38% of the shorter one hidden), while a peer
+// memcpy, which the copy engines do without a kernel, hides 26-74% of it. Transformer Engine's userbuffers take
+// the same route.
 //
 // Every rank of the group allocates one staging buffer with `depth` slots for each rank that pushes to it (every
 // other rank, or only rank - 1 for a ring) and a block of flag words, and maps every other rank's (CUDA IPC; the
