@@ -17,6 +17,29 @@ int free_block(const std::vector<bool>& busy, int size) {
   return -1;
 }
 
+// Megatron's fill_empty_gpus: the runs of the last wave grow, the smallest first, until they cover every rank,
+// then are placed again largest first on the lowest aligned blocks. A smaller run's micro-batch takes longer
+// per rank (its tokens over fewer ranks), so it decides how long the wave lasts; doubling it shortens the wave
+// and gives the idle ranks its work. Sizes stay powers of two summing to cp_size: the smallest run's size
+// divides both what is covered and cp_size, so doubling it never overshoots, and the placement leaves no hole.
+void fill_last_wave(CpWave& wave, int cp_size) {
+  int covered = 0;
+  for (const CpRun& r : wave.runs) covered += r.size;
+  while (covered < cp_size) {
+    CpRun* smallest = &wave.runs.front();
+    for (CpRun& r : wave.runs)
+      if (r.size <= smallest->size) smallest = &r;  // ties: the one placed last
+    covered += smallest->size;
+    smallest->size *= 2;
+  }
+  std::stable_sort(wave.runs.begin(), wave.runs.end(), [](const CpRun& a, const CpRun& b) { return a.size > b.size; });
+  int first = 0;
+  for (CpRun& r : wave.runs) {
+    r.first_rank = first;
+    first += r.size;
+  }
+}
+
 }  // namespace
 
 int dynamic_cp_size(int64_t longest, int64_t max_seqlen_per_rank, int cp_size) {
@@ -53,6 +76,7 @@ std::vector<CpWave> plan_dynamic_cp(std::span<const int64_t> longest, int64_t ma
   }
   for (CpWave& wave : plan)
     std::sort(wave.runs.begin(), wave.runs.end(), [](const CpRun& a, const CpRun& b) { return a.first_rank < b.first_rank; });
+  if (!plan.empty()) fill_last_wave(plan.back(), cp_size);
   return plan;
 }
 
