@@ -16,8 +16,8 @@
 //   possible; every wave but the last keeps all C ranks busy.
 // - The last wave's runs then grow, the smallest first, to cover every rank (Megatron's fill_empty_gpus): a
 //   micro-batch there may run on more ranks than it needs, never fewer, and no rank is idle in any wave.
-//   (Without this, two CP ranks with an odd number of one-rank micro-batches differ by a whole micro-batch:
-//   measured on two H200s, bench/RESULTS.md 2026-11-29.)
+//   (Without this, two CP ranks with an odd number of one-rank micro-batches differ by a whole micro-batch; on
+//   two H200s one rank waited 10.6% of an iteration for the other, bench/RESULTS.md 2026-11-29.)
 // - Each micro-batch appears in exactly one run. With every micro-batch at size C the plan is fixed CP:
 //   one micro-batch per wave, in order.
 #pragma once
