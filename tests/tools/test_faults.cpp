@@ -335,12 +335,13 @@ TEST(RankFaults, AKilledRankEndsTheJobWithAReport) {
 }
 
 TEST(RankFaults, WhenTheLauncherKeepsTheOthersRunningTheWatchdogEndsThem) {
-  // With --enable-recovery mpiexec leaves the other ranks running: they wait in the gradient all-reduce for
-  // the dead rank, and the watchdog reports it and ends them once --distributed-timeout-minutes (6 s) passed.
-  // (mpiexec's own "MPI_ABORT was invoked" text is not required: when two ranks abort at once Open MPI's help
-  // printer can fail with "Out of resource" and print nothing.)
+  // With --enable-recovery mpiexec leaves the other ranks running: they wait for the dead rank in the data-
+  // parallel group's next collective -- the gradient all-reduce, or the loss's host all-reduce when the kill
+  // came between the two -- and the watchdog reports it and ends them once --distributed-timeout-minutes (6 s)
+  // passed. (mpiexec's own "MPI_ABORT was invoked" text is not required: when two ranks abort at once Open
+  // MPI's help printer can fail with "Out of resource" and print nothing.)
   expect_killed_rank_ends_the_job({"--enable-recovery"},
-                                  {"[megatron watchdog]", "all_reduce on group", "has waited 6.0 s",
+                                  {"[megatron watchdog]", "all_reduce", "on group", "has waited 6.0 s",
                                    "did not join this collective"});
 }
 #endif
