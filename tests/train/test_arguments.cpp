@@ -291,6 +291,15 @@ TEST(Validate, ContextParallelRulesAreChecked) {
   expect_error([] { Arguments c = pipeline_args(4, {"--context-parallel-size", "4", "--hierarchical-context-parallel-sizes", "2", "3"});
                     resolve_and_validate(c); },
                {"multiply to --context-parallel-size 4", "product of 6"});
+  // The copy-engine transport is the p2p ring's: refused where no layer runs the ring.
+  expect_error([] { Arguments c = pipeline_args(4, {"--context-parallel-size", "4", "--cp-comm-type", "a2a",
+                                                    "--cp-comm-transport", "copy-engine"});
+                    resolve_and_validate(c); },
+               {"--cp-comm-transport copy-engine", "--cp-comm-type p2p"});
+  expect_error([] { Arguments c = pipeline_args(1, {"--cp-comm-transport", "copy-engine"}); resolve_and_validate(c); },
+               {"--context-parallel-size > 1 (got 1)"});
+  Arguments ring = pipeline_args(2, {"--context-parallel-size", "2", "--cp-comm-transport", "copy-engine"});
+  resolve_and_validate(ring);
   // 12 heads do not split over an all-to-all of 8.
   expect_error([] { Arguments c = pipeline_args(8, {"--context-parallel-size", "8", "--cp-comm-type", "a2a"});
                     resolve_and_validate(c); },

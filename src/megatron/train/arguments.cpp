@@ -286,6 +286,10 @@ void context_parallel_violations(const Arguments& a, Violations& v) {
     v.need(std::all_of(h.begin(), h.end(), [](int x) { return x > 0; }) && product == cp,
            "--hierarchical-context-parallel-sizes must be positive and multiply to --context-parallel-size ", cp,
            " (got a product of ", product, ")");
+  if (p.cp_comm_transport == "copy-engine")
+    v.need(cp > 1 && (p.cp_comm_type.empty() || uses("p2p")), "--cp-comm-transport copy-engine moves the blocks of ",
+           "the p2p ring: it needs --context-parallel-size > 1 (got ", cp, ") and --cp-comm-type p2p for at least one ",
+           "layer (the default)");
   if (uses("a2a+p2p"))
     v.need(h.size() == 2, "--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes A P (the all-to-all ",
            "group size, then the ring size, A x P = CP ", cp, "), got ", h.size(), " sizes");
