@@ -43,8 +43,11 @@ def main():
     p.add_argument("--start-us", type=float, default=0.0)
     p.add_argument("--window-us", type=float, default=3000.0)
     a = p.parse_args()
-    with open(a.trace) as f:
-        events = json.load(f)
+    try:
+        with open(a.trace) as f:
+            events = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"{a.trace}: cannot read a Chrome trace ({e})")
     comm = [e for e in events if e.get("ph") == "X" and e.get("cat") == "tp-comm"]
     gemm = [e for e in events if e.get("ph") == "X" and e.get("cat") == "tp-gemm"]
     if not gemm:

@@ -10,6 +10,7 @@ variable-length training (dynamic context parallelism) on real text when the cor
 
 Prints the document count, the total tokens and the length quartiles."""
 import argparse
+import os
 import struct
 import sys
 
@@ -20,8 +21,11 @@ DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.
 
 
 def read_index(prefix):
-    with open(prefix + ".idx", "rb") as f:
-        data = f.read()
+    try:
+        with open(prefix + ".idx", "rb") as f:
+            data = f.read()
+    except OSError as e:
+        sys.exit(f"{prefix}.idx: cannot read the source index ({e.strerror})")
     if data[:9] != b"MMIDIDX\x00\x00":
         sys.exit(f"{prefix}.idx: not a Megatron index (magic {data[:9]!r})")
     version, code, n, d = struct.unpack_from("<QBQQ", data, 9)
@@ -42,8 +46,14 @@ def main():
     a = p.parse_args()
     if not 1 <= a.min_tokens <= a.max_tokens:
         sys.exit(f"--min-tokens {a.min_tokens} and --max-tokens {a.max_tokens}: need 1 <= min <= max")
+    if a.out == a.source:
+        sys.exit(f"{a.out}: the output prefix is the source's; give another (the source is read whole first, but "
+                 "a failed write would lose it)")
     code, sizes = read_index(a.source)
-    stream = np.fromfile(a.source + ".bin", DTYPES[code])
+    try:
+        stream = np.fromfile(a.source + ".bin", DTYPES[code])
+    except OSError as e:
+        sys.exit(f"{a.source}.bin: cannot read the source tokens ({e.strerror})")
     if stream.size != int(sizes.sum()):
         sys.exit(f"{a.source}.bin holds {stream.size} tokens, its index says {int(sizes.sum())}")
     eod = stream[int(sizes[0]) - 1]
@@ -57,16 +67,20 @@ def main():
     tokens = np.resize(stream, total)  # the stream repeated as far as the lengths need
     ends = np.cumsum(lengths) - 1
     tokens[ends] = eod
-    tokens.tofile(a.out + ".bin")
     n = len(lengths)
     item = np.dtype(DTYPES[code]).itemsize
     pointers = np.concatenate([[0], np.cumsum(lengths[:-1])]).astype(np.int64) * item
-    with open(a.out + ".idx", "wb") as f:
+    # Both files are written beside their names and renamed into place only once complete: an interrupted run
+    # leaves any earlier output whole.
+    tokens.tofile(a.out + ".bin.tmp")
+    with open(a.out + ".idx.tmp", "wb") as f:
         f.write(b"MMIDIDX\x00\x00")
         f.write(struct.pack("<QBQQ", 1, code, n, n + 1))
         f.write(np.asarray(lengths, np.int32).tobytes())
         f.write(pointers.tobytes())
         f.write(np.arange(n + 1, dtype=np.int64).tobytes())
+    os.replace(a.out + ".bin.tmp", a.out + ".bin")
+    os.replace(a.out + ".idx.tmp", a.out + ".idx")
     q = np.percentile(lengths, [0, 25, 50, 75, 100]).astype(int)
     print(f"{a.out}: {n} documents, {total} tokens, lengths min/25%/median/75%/max {'/'.join(map(str, q))}")
 
