@@ -57,6 +57,7 @@ std::unique_ptr<PeerExchange> PeerExchange::create(Context& ctx, comm::Communica
   std::unique_ptr<PeerExchange> px(new PeerExchange());
   px->rank_ = me;
   px->size_ = n;
+  px->device_ = ctx.device().index;
   px->slot_bytes_ = round_up(std::max<int64_t>(slot_bytes, 1), 1 << 20);
   px->options_ = options;
   px->pushed_.assign(size_t(n), 0);
@@ -118,10 +119,8 @@ Tensor PeerExchange::slot(int src, const Shape& shape, DType dtype, int64_t byte
   MEGATRON_CHECK(byte_offset >= 0 && byte_offset + int64_t(shape.numel()) * int64_t(dtype_size(dtype)) <= slot_bytes_,
                  "PeerExchange::slot: ", shape.numel(), " elements of ", dtype, " from byte ", byte_offset,
                  " exceed the ", slot_bytes_, "-byte slot");
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
   return Tensor::from_blob(mapping_->slot(rank_, src, n, slot_bytes_) + byte_offset, shape, dtype,
-                           Device::cuda(device));
+                           Device::cuda(device_));
 }
 
 void PeerExchange::push(StreamHandle stream, std::span<const Tensor> parts, int dst) {

@@ -1,8 +1,8 @@
 // PeerExchange: transfers between the GPUs of one node by the copy engines, for the collectives that overlap
 // GEMMs (tp_comm_overlap.h) and the context-parallel ring (ring_attention.h). Measured on two H200s
 // (bench/RESULTS.md 2026-11-29, scripts/gpu/tp_comm_probe.py): an NCCL transfer on a side stream and a cuBLAS GEMM
-// on the compute stream run almost one after the other (-12% to 38% of the shorter one hidden), while a peer
-// memcpy, which the copy engines do without a kernel, hides 26-74% of it. Transformer Engine's userbuffers take
+// on the compute stream run almost one after the other (a median of 12% of the shorter one hidden, -12% to 61%),
+// while a peer memcpy, which the copy engines do without a kernel, hides a median of 57% (26-74%). Transformer Engine's userbuffers take
 // the same route.
 //
 // Every rank of the group allocates one staging buffer with `depth` slots for each rank that pushes to it (every
@@ -65,7 +65,7 @@ class PeerExchange {
   PeerExchange() = default;
   struct Mapping;  // the IPC mappings of the peers' buffers (CUDA builds)
   std::unique_ptr<Mapping> mapping_;
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, device_ = 0;  // device_: the CUDA device the slots live on
   int64_t slot_bytes_ = 0;
   PeerExchangeOptions options_;
   void check_peer(const char* what, int peer) const;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "megatron/runtime/context.h"
@@ -63,12 +64,13 @@ class Timeline {
   double anchor_us_ = 0;
 };
 
-// RAII: a span from construction to destruction, on `timeline` (which may be null: nothing recorded).
+// RAII: a span from construction to destruction, on `timeline` (which may be null: nothing recorded). The name
+// is copied only when there is a timeline, so spans on hot paths cost a branch when not profiling.
 class TimelineScope {
  public:
-  TimelineScope(Timeline* timeline, std::string name, const char* category, StreamHandle stream = nullptr)
+  TimelineScope(Timeline* timeline, std::string_view name, const char* category, StreamHandle stream = nullptr)
       : timeline_(timeline), stream_(stream),
-        handle_(timeline ? timeline->begin(std::move(name), category, stream) : -1) {}
+        handle_(timeline ? timeline->begin(std::string(name), category, stream) : -1) {}
   ~TimelineScope() {
     if (timeline_ && handle_ >= 0) timeline_->end(handle_, stream_);
   }
