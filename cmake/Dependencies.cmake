@@ -56,6 +56,21 @@ if(MEGATRON_WITH_CUDA)
                     "is disabled in this build")
   endif()
 
+  # CUPTI (the toolkit's extras, or headers and library carried under CUPTI_ROOT): the GPU's own record of the
+  # kernels and copies it ran, for --use-pytorch-profiler's kernel rows. Optional: without it that flag is refused.
+  find_path(CUPTI_INCLUDE_DIR cupti_activity.h HINTS ${CUDAToolkit_INCLUDE_DIRS}
+            ${CUDAToolkit_LIBRARY_ROOT}/extras/CUPTI/include ${CUPTI_ROOT}/include)
+  find_library(CUPTI_LIBRARY cupti HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/extras/CUPTI/lib64
+               ${CUPTI_ROOT}/lib)
+  if(CUPTI_INCLUDE_DIR AND CUPTI_LIBRARY)
+    message(STATUS "megatron.cpp: CUPTI ${CUPTI_LIBRARY}")
+    add_library(megatron_cupti INTERFACE IMPORTED)
+    target_include_directories(megatron_cupti INTERFACE ${CUPTI_INCLUDE_DIR})
+    target_link_libraries(megatron_cupti INTERFACE ${CUPTI_LIBRARY})
+  else()
+    message(STATUS "megatron.cpp: CUPTI not found: --use-pytorch-profiler is refused in this build")
+  endif()
+
   # cudnn-frontend: header only, from the nvidia-cudnn-frontend wheel (its include/ lands in site-packages).
   find_package(Python3 COMPONENTS Interpreter)
   set(_site_hints "")

@@ -69,6 +69,7 @@ for stage in "$@"; do
       TOKENIZER_ARGS=()  # the carried PCRE2 and protobuf (scripts/gpu/prepare.sh), as scripts/gpu/run.sh
       [ -f .deps/pcre2/include/pcre2.h ] && TOKENIZER_ARGS=(-DPCRE2_ROOT="$PWD/.deps/pcre2" -DMEGATRON_TOKENIZERS=ON)
       [ -x .deps/protobuf/bin/protoc ] && TOKENIZER_ARGS+=(-DProtobuf_ROOT="$PWD/.deps/protobuf")
+      [ -d .deps/cupti ] && TOKENIZER_ARGS+=(-DCUPTI_ROOT="$PWD/.deps/cupti")
       cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" "${TOKENIZER_ARGS[@]}" >"$OUT/configure.log" 2>&1 &&
         cmake --build build-gpu -j "$(nproc)" --target ${BUILD_TARGETS:-test_ops_fp8 test_ops_fp8_block test_ops_gemm test_nn_fp8_linear bench_ops pretrain_gpt} \

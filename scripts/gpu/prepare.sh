@@ -23,6 +23,17 @@ rm -rf .deps/pcre2 && mkdir -p .deps/pcre2/include .deps/pcre2/lib
 cp "$PCRE2_INCLUDE/pcre2.h" .deps/pcre2/include/
 cp "$PCRE2_LIB/libpcre2-8.a" .deps/pcre2/lib/
 echo "pcre2 $(pkg-config --modversion libpcre2-8) -> .deps/pcre2"
+# CUPTI (--use-pytorch-profiler's kernel records), in case the GPU machine's toolkit lacks its extras: the
+# headers and the library of this toolkit; scripts/gpu/fp8_bench.sh passes -DCUPTI_ROOT=.deps/cupti (CMake
+# prefers the machine's own toolkit).
+CUPTI_H=$(dirname "$({ find /usr/local/cuda/include /usr/local/cuda/extras/CUPTI/include -name cupti_activity.h 2>/dev/null || true; } | head -1)")
+CUPTI_SO=$({ find -L /usr/local/cuda/lib64 /usr/local/cuda/extras/CUPTI/lib64 -name 'libcupti.so.*' 2>/dev/null || true; } | head -1)
+if [ -n "$CUPTI_SO" ] && [ -f "$CUPTI_H/cupti_activity.h" ]; then
+  rm -rf .deps/cupti && mkdir -p .deps/cupti/include .deps/cupti/lib
+  cp "$CUPTI_H"/cupti*.h .deps/cupti/include/
+  cp -L "$CUPTI_SO" .deps/cupti/lib/ && ln -sf "$(basename "$CUPTI_SO")" .deps/cupti/lib/libcupti.so
+  echo "cupti $(basename "$CUPTI_SO") -> .deps/cupti"
+fi
 # Protobuf for TensorBoard's event files (--tensorboard-dir): the GPU machine has no libprotobuf-dev. Debian 12's
 # headers, static library and protoc (with the two shared libraries it needs, found next to it by a wrapper);
 # scripts/gpu/run.sh passes -DProtobuf_ROOT=.deps/protobuf, and a protoc that does not run there leaves

@@ -4,11 +4,19 @@
 # and prints the kernels' summed duration by kernel, largest first, with the share of the total.
 #
 #   scripts/gpu/profile_step.sh gpt2|llama [micro-batch]     (one micro-batch per iteration)
+#
+# With --kernels instead: the GPU's own record of a real run (--use-pytorch-profiler: CUPTI, the clocks the run
+# had, the gaps between kernels), iterations 3-4 of 5 (ITERS-2 and ITERS-1 of ITERS) at the benchmark's batch (moe: scripts/gpu/moe_model.sh's
+# Mixtral-style model at mbs 2, GBS 16); prints how busy the GPU was and the time by kernel, and leaves the
+# Chrome trace in $OUT/kernels_<model>/trace.json.
+#   scripts/gpu/profile_step.sh --kernels gpt2|llama|moe [micro-batch] [global batch]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build-gpu}
+kernels=0
+[ "${1:-}" = --kernels ] && { kernels=1; shift; }
 model=${1:-gpt2}
 mbs=${2:-8}
 case $model in
@@ -18,8 +26,25 @@ case $model in
                --ffn-hidden-size 5632 --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000
                --position-embedding-type rope --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights
                --disable-bias-linear) ;;
-  *) echo "model: gpt2 or llama" >&2; exit 2 ;;
+  moe) source scripts/gpu/moe_model.sh
+       ARGS=("${MOE[@]}") ;;
+  *) echo "model: gpt2, llama or moe" >&2; exit 2 ;;
 esac
+if [ $kernels = 1 ]; then
+  if [ "$model" = moe ]; then mbs=${2:-2}; gbs=${3:-16}; else gbs=${3:-$(( mbs * 4 ))}; fi
+  iters=${ITERS:-5}  # the last two but one are recorded (iterations ITERS-2 and ITERS-1)
+  dir="$OUT/kernels_${model}"
+  rm -rf "$dir"
+  # Later flags win, so the model's own batch and iteration count are overridden here.
+  timeout ${RUN_TIMEOUT:-300} $BUILD/tools/pretrain_gpt "${ARGS[@]}" --micro-batch-size "$mbs" --global-batch-size "$gbs" \
+    --train-iters "$iters" --lr 3e-4 --bf16 --mock-data --hidden-dropout 0 --attention-dropout 0 --log-interval 1 \
+    --eval-iters 0 --device cuda --profile --use-pytorch-profiler --profile-dir "$dir" \
+    --profile-step-start $(( iters - 2 )) --profile-step-end "$iters" >"$OUT/kernels_${model}.log" 2>&1
+  echo "rc $? | $model mbs $mbs gbs $gbs"
+  grep -E "elapsed time per iteration" "$OUT/kernels_${model}.log" | tail -3 | cut -c1-200
+  grep -E "GPU busy|by kernel|^  +[0-9]|error|Error" "$OUT/kernels_${model}.log" | cut -c1-220 | head -40
+  exit 0
+fi
 csv="$OUT/profile_${model}.csv"
 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --log-file "$csv" \
   $BUILD/tools/pretrain_gpt "${ARGS[@]}" --micro-batch-size "$mbs" --global-batch-size "$mbs" --train-iters 3 \

@@ -13,6 +13,7 @@
 #include "megatron/optim/lr_scheduler.h"
 #include "megatron/train/batch_size_schedule.h"
 #include "megatron/train/flags.h"
+#include "megatron/train/logging_arguments.h"
 #include "megatron/train/yaml_config.h"
 
 namespace megatron::train {
@@ -130,6 +131,18 @@ TEST(CompatFlags, NoOpsAreAcceptedAndRefusalsNameWhatToUse) {
     found_noop = found_noop || (row.name == "--use-flash-attn" && row.status == "no-op" && !row.reason.empty());
   }
   EXPECT_TRUE(found_refused && found_noop);
+}
+
+TEST(ProfilingFlags, PyTorchProfilerTracesGoWhereMegatronPutsThem) {
+  const auto trace_dir = [](std::vector<std::string> extra) { return profile_trace_dir(parse_arguments(tiny(std::move(extra)))); };
+  EXPECT_EQ(trace_dir({"--profile", "--use-pytorch-profiler", "--tensorboard-dir", "/runs/a/tb"}), "/runs/a/torch_profile");
+  EXPECT_EQ(trace_dir({"--profile", "--use-pytorch-profiler", "--tensorboard-dir", "tb", "--profile-dir", "p"}), "p");
+  EXPECT_EQ(trace_dir({"--profile", "--profile-dir", "p"}), "p");
+  EXPECT_EQ(trace_dir({"--profile", "--tensorboard-dir", "tb"}), "") << "no kernel trace asked for, no span trace";
+  EXPECT_EQ(trace_dir({"--use-pytorch-profiler", "--profile-dir", "p"}), "") << "Megatron profiles only with --profile";
+  testing::expect_error([] { resolved({"--train-iters", "3", "--profile", "--use-pytorch-profiler"}); },
+                        {"--use-pytorch-profiler writes its trace to --profile-dir", "--tensorboard-dir"});
+  EXPECT_TRUE(resolved({"--train-iters", "3", "--use-pytorch-profiler"}).training.use_pytorch_profiler);
 }
 
 TEST(YamlConfig, MegatronsFormatBecomesFlags) {

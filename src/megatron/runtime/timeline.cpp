@@ -19,13 +19,16 @@ double host_now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Chrome trace "threads": one row per kind of work, in this order.
+constexpr int kFirstExtraRow = 9;
+
+// Chrome trace "threads": one row per kind of work, in this order; other categories get rows from
+// kFirstExtraRow on.
 int thread_of(const std::string& category) {
   static const std::map<std::string, int> rows = {
       {"schedule", 0}, {"compute", 1}, {"p2p", 2},         {"grad-reduce", 3},  {"optimizer", 4},
       {"tp-gemm", 5},  {"tp-comm", 6}, {"cp-attention", 7}, {"cp-comm", 8}};
   auto it = rows.find(category);
-  return it == rows.end() ? 9 : it->second;
+  return it == rows.end() ? kFirstExtraRow : it->second;
 }
 
 std::string json_string(const std::string& s) {
@@ -71,11 +74,19 @@ Timeline::Timeline(Context& ctx) : ctx_(ctx) {
 
 Timeline::~Timeline() = default;
 
+void Timeline::record_gpu_activity() {
+  if (!gpu_) gpu_ = std::make_unique<GpuActivity>();
+}
+
 void Timeline::begin_iteration(int64_t iteration) {
   MEGATRON_CHECK(!recording_, "Timeline: iteration ", iteration, " begins before iteration ", iteration_,
                  " was collected");
   recording_ = true;
   iteration_ = iteration;
+  if (gpu_) {
+    gpu_->take();  // anything from before this iteration
+    gpu_->enable();
+  }
   anchor_us_ = host_now_us();
 #if MEGATRON_WITH_CUDA
   if (device_) device_->anchor.record(ctx_.stream());
@@ -131,7 +142,22 @@ void Timeline::collect() {
 #if MEGATRON_WITH_CUDA
   if (device_) device_->used = 0;
 #endif
+  if (gpu_) collect_gpu_activity();
   recording_ = false;
+}
+
+void Timeline::collect_gpu_activity() {
+  const double window_end = host_now_us();  // after collect()'s synchronisation: the iteration's work is done
+  gpu_->disable();
+  const std::vector<GpuActivityRecord> records = gpu_->take();
+  gpu_summaries_.emplace_back(iteration_, summarize_gpu_activity(records, anchor_us_, window_end));
+  for (const GpuActivityRecord& r : records) {
+    if (r.end_us <= anchor_us_ || r.start_us >= window_end) continue;
+    const std::string name = r.kind == GpuActivityRecord::Kind::Kernel ? short_kernel_name(r.name)
+                                                                        : str_cat(r.name, " ", r.bytes, " B");
+    spans_.push_back(TimelineSpan{name, str_cat("gpu stream ", r.stream), r.start_us, r.end_us - r.start_us,
+                                  iteration_});
+  }
 }
 
 std::string Timeline::chrome_trace(int pid, const std::string& process_name) const {
@@ -145,9 +171,20 @@ std::string Timeline::chrome_trace(int pid, const std::string& process_name) con
 {"ph":"M","pid":%d,"tid":%d,"name":"thread_name","args":{"name":"%s"}})", pid, thread_of(row), row);
     out += buf;
   }
+  // Rows beyond the fixed ones (the GPU's streams), numbered in order of first appearance.
+  std::map<std::string, int> extra_rows;
   for (const TimelineSpan& s : spans_) {
+    if (thread_of(s.category) < kFirstExtraRow || extra_rows.count(s.category)) continue;
+    const int row = kFirstExtraRow + int(extra_rows.size());
+    extra_rows[s.category] = row;
     std::snprintf(buf, sizeof buf, R"(,
-{"ph":"X","pid":%d,"tid":%d,"ts":%.3f,"dur":%.3f,"cat":)", pid, thread_of(s.category), s.start_us, s.duration_us);
+{"ph":"M","pid":%d,"tid":%d,"name":"thread_name","args":{"name":)", pid, row);
+    out += buf + json_string(s.category) + "}}";
+  }
+  for (const TimelineSpan& s : spans_) {
+    const int row = thread_of(s.category) < kFirstExtraRow ? thread_of(s.category) : extra_rows.at(s.category);
+    std::snprintf(buf, sizeof buf, R"(,
+{"ph":"X","pid":%d,"tid":%d,"ts":%.3f,"dur":%.3f,"cat":)", pid, row, s.start_us, s.duration_us);
     out += buf + json_string(s.category) + ",\"name\":" + json_string(s.name) +
            ",\"args\":{\"iteration\":" + std::to_string(s.iteration) + "}}";
   }

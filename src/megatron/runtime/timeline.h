@@ -8,6 +8,10 @@
 // Times are microseconds on the host's monotonic clock, so the ranks of one node line up in a merged trace
 // (GPU times are placed relative to an event recorded when the iteration began).
 //
+// With record_gpu_activity() (--use-pytorch-profiler) a recorded iteration also keeps what the GPU itself ran
+// (gpu_activity.h): every kernel, copy and memset becomes a span on one row per CUDA stream ("gpu stream N"),
+// and gpu_summaries() holds each iteration's busy time, longest idle gap and time by kernel.
+//
 // Nothing is recorded while the timeline is not collecting (between iterations outside --profile's window):
 // Span objects then cost a branch. A Timeline belongs to one rank and one Context.
 #pragma once
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "megatron/runtime/context.h"
+#include "megatron/runtime/gpu_activity_summary.h"
 
 namespace megatron {
 
@@ -48,12 +53,20 @@ class Timeline {
   int begin(std::string name, const char* category, StreamHandle stream = nullptr);
   void end(int handle, StreamHandle stream = nullptr);
 
+  // Also records the GPU's kernels, copies and memsets in the recorded iterations (needs a CUPTI build; one
+  // timeline per process may do so).
+  void record_gpu_activity();
+  bool records_gpu_activity() const { return gpu_ != nullptr; }
+  // (iteration, summary over the iteration's wall time from begin_iteration to collect) per recorded iteration.
+  const std::vector<std::pair<int64_t, GpuBusySummary>>& gpu_summaries() const { return gpu_summaries_; }
+
   const std::vector<TimelineSpan>& spans() const { return spans_; }
   // Chrome trace-event JSON of spans() for process `pid` named `process_name` (one thread per category).
   std::string chrome_trace(int pid, const std::string& process_name) const;
 
  private:
   struct Open;
+  void collect_gpu_activity();
   Context& ctx_;
   bool recording_ = false;
   int64_t iteration_ = 0;
@@ -62,6 +75,8 @@ class Timeline {
   struct Device;  // CUDA events and the iteration's anchor (CUDA builds)
   std::unique_ptr<Device> device_;
   double anchor_us_ = 0;
+  std::unique_ptr<GpuActivity> gpu_;
+  std::vector<std::pair<int64_t, GpuBusySummary>> gpu_summaries_;
 };
 
 // RAII: a span from construction to destruction, on `timeline` (which may be null: nothing recorded). The name

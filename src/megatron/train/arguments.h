@@ -187,6 +187,7 @@ struct TrainingArguments {
   int64_t profile_step_end = 12;
   std::vector<int> profile_ranks;    // the global ranks that profile (Megatron's --profile-ranks; empty: rank 0)
   std::string profile_dir;           // ours: each profiled rank writes a Chrome trace of its spans here
+  bool use_pytorch_profiler = false;  // the trace also holds the GPU's kernels and copies (CUPTI), as Megatron's
 };
 
 struct ParallelArguments {

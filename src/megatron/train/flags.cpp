@@ -149,6 +149,10 @@ std::vector<FlagSpec> training_flags() {
       flag("--profile-dir", &A::training, &T::profile_dir,
            "with --profile: each profiled rank writes a Chrome trace (chrome://tracing, Perfetto) of its forward, "
            "backward, send/recv, gradient-reduction and optimizer spans here"),
+      flag("--use-pytorch-profiler", &A::training, &T::use_pytorch_profiler,
+           "with --profile: the trace also holds every kernel, copy and memset the GPU ran (recorded by CUPTI, as "
+           "PyTorch's profiler does in Megatron), one row per stream, and rank 0 prints how busy the GPU was; "
+           "written to --profile-dir, else to <--tensorboard-dir>/../torch_profile as Megatron does"),
   };
 }
 

@@ -1,6 +1,7 @@
 #include "megatron/train/logging_arguments.h"
 
 #include <csignal>
+#include <filesystem>
 
 #include "megatron/core/error.h"
 #include "megatron/train/flag_spec.h"
@@ -119,7 +120,18 @@ std::vector<std::string> logging_violations(const Arguments& a) {
   need(l.tensorboard_dir.empty() || tensorboard_available(), "--tensorboard-dir ", l.tensorboard_dir,
        ": this build writes no TensorBoard event files (Protobuf was not found when it was configured: install "
        "libprotobuf-dev and protobuf-compiler, then reconfigure)");
+  const TrainingArguments& t = a.training;
+  need(!t.profile || !t.use_pytorch_profiler || !profile_trace_dir(a).empty(),
+       "--use-pytorch-profiler writes its trace to --profile-dir, or as Megatron to <--tensorboard-dir>/../torch_profile: "
+       "give one of them");
   return v;
+}
+
+std::string profile_trace_dir(const Arguments& a) {
+  const TrainingArguments& t = a.training;
+  if (!t.profile) return "";
+  if (!t.profile_dir.empty() || !t.use_pytorch_profiler || a.logging.tensorboard_dir.empty()) return t.profile_dir;
+  return (std::filesystem::path(a.logging.tensorboard_dir) / ".." / "torch_profile").lexically_normal().string();
 }
 
 }  // namespace megatron::train

@@ -8,6 +8,7 @@
 //   --tensorboard-dir needs a build with Protobuf; the other TensorBoard flags do nothing without it (as in
 //   Megatron, where they have no writer to write to);
 //   --tensorboard-log-interval, --tensorboard-queue-size and --straggler-minmax-count are positive;
+//   --use-pytorch-profiler with --profile needs somewhere to write (--profile-dir or --tensorboard-dir);
 //   --exit-signal names a signal this build can catch (SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP);
 //   Weights & Biases (--wandb-*) is refused: there is no maintained C++ writer; TensorBoard takes its place.
 // docs/observability.md says what each one shows.
@@ -25,6 +26,10 @@ std::vector<std::string> logging_violations(const Arguments& args);
 
 // The number of `name` ("SIGTERM"), or 0 when it is not one --exit-signal accepts.
 int exit_signal_number(const std::string& name);
+
+// Where a profiled run (--profile) writes its Chrome traces: --profile-dir; with --use-pytorch-profiler and no
+// --profile-dir, Megatron's place <--tensorboard-dir>/../torch_profile; "" when nothing is traced.
+std::string profile_trace_dir(const Arguments& args);
 
 // Whether this build writes TensorBoard event files (Protobuf was found at configure time).
 bool tensorboard_available();

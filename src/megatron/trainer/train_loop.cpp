@@ -32,10 +32,15 @@ TrainLoop::TrainLoop(Context& ctx, const train::Arguments& args, Trainer& traine
                      RunStreams& streams, comm::Communicator& world)
     : ctx_(ctx), args_(args), trainer_(trainer), checkpoints_(checkpoints), streams_(streams), world_(world),
       last_rank_(world.rank() == world.size() - 1), timers_(ctx, timer_level(args)), checkpoint_timers_(ctx, 0) {
-  if (args.training.profile && !args.training.profile_dir.empty()) {
+  if (!train::profile_trace_dir(args).empty()) {
     timeline_ = std::make_unique<Timeline>(ctx);
     trainer_.set_timeline(timeline_.get());
     ctx.set_timeline(timeline_.get());
+    if (args.training.use_pytorch_profiler && profiled_rank()) {
+      if (ctx.is_cuda()) timeline_->record_gpu_activity();  // refused with the reason in builds without CUPTI
+      else std::cout << "--use-pytorch-profiler: this rank runs on the CPU, where every op completes inside its "
+                        "call; its trace holds the host spans only\n";
+    }
   }
   if (timers_.log_level() > 0) trainer_.set_timers(&timers_);
   tensorboard_ = TensorBoardLog::open(args, last_rank_);

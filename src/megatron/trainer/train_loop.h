@@ -21,7 +21,10 @@
 // profiler (cudaProfilerStart/Stop, NVTX ranges); with --profile-dir every rank also records its timeline over
 // them, the ranks of --profile-ranks (default 0) write it as a Chrome trace (trace_rank_<r>.json, merged by
 // rank 0 into trace.json), and rank 0 reports each pipeline stage's measured bubble -- idle time over compute
-// time in the schedule -- next to the ideal (p - 1) / (v * m).
+// time in the schedule -- next to the ideal (p - 1) / (v * m). With --use-pytorch-profiler the profiled ranks'
+// traces also hold what their GPU ran (kernels and copies per stream), and each prints how busy its GPU was per
+// iteration and the last iteration's time by kernel; without --profile-dir the traces go where Megatron puts
+// its PyTorch profiles, <--tensorboard-dir>/../torch_profile.
 #pragma once
 
 #include <chrono>
@@ -70,6 +73,7 @@ class TrainLoop {
   void save_when_batch_grows(int64_t iteration, int64_t& batch);
   bool profiling(int64_t iteration) const;
   void report_profile();
+  bool profiled_rank() const;  // in --profile-ranks (default: rank 0)
 
   Context& ctx_;
   const train::Arguments& args_;

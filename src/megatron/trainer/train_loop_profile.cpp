@@ -8,6 +8,7 @@
 #include <map>
 
 #include "megatron/trainer/train_loop.h"
+#include "megatron/train/logging_arguments.h"
 
 namespace megatron::trainer {
 
@@ -45,7 +46,33 @@ void merge_traces(const std::filesystem::path& dir, int world_size) {
   std::ofstream(dir / "trace.json") << merged << "\n]\n";
 }
 
+// With --use-pytorch-profiler: how busy the GPU was in each recorded iteration, and where the time of the last
+// one went by kernel (what an idle or slow step is made of, under the clocks the run had).
+void print_gpu_activity(const Timeline& timeline, int rank) {
+  if (!timeline.records_gpu_activity() || timeline.gpu_summaries().empty()) return;
+  for (const auto& [iteration, g] : timeline.gpu_summaries())
+    std::printf("rank %d iteration %lld: GPU busy %.1f%% of %.1f ms (%lld kernels, %lld copies/memsets; idle "
+                "%.1f ms, longest idle stretch %.3f ms)\n",
+                rank, static_cast<long long>(iteration), 100.0 * g.busy_fraction(), g.window_us / 1e3,
+                static_cast<long long>(g.kernels), static_cast<long long>(g.copies), (g.window_us - g.busy_us) / 1e3,
+                g.longest_gap_us / 1e3);
+  const auto& [iteration, last] = timeline.gpu_summaries().back();
+  std::printf("rank %d iteration %lld by kernel (ms; share of the busy time):\n", rank,
+              static_cast<long long>(iteration));
+  for (size_t i = 0; i < last.by_name.size() && i < 25; ++i) {
+    const GpuTimeByName& k = last.by_name[i];
+    std::printf("  %9.3f %5.1f%% %6lld x %s\n", k.total_us / 1e3, last.busy_us > 0 ? 100.0 * k.total_us / last.busy_us : 0.0,
+                static_cast<long long>(k.launches), k.name.c_str());
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
+
+bool TrainLoop::profiled_rank() const {
+  const std::vector<int>& ranks = args_.training.profile_ranks;
+  return ranks.empty() ? world_.rank() == 0 : std::find(ranks.begin(), ranks.end(), world_.rank()) != ranks.end();
+}
 
 void TrainLoop::report_profile() {
   const train::TrainingArguments& t = args_.training;
@@ -55,15 +82,15 @@ void TrainLoop::report_profile() {
   std::vector<double> bubbles(size_t(pp), 0.0);
   if (pc.tp().rank() == 0 && pc.dp().rank() == 0) bubbles[size_t(stage)] = measured_bubble(timeline_->spans());
   world_.all_reduce_host(bubbles, comm::ReduceOp::Sum);
-  const std::vector<int> ranks = t.profile_ranks.empty() ? std::vector<int>{0} : t.profile_ranks;
-  const std::filesystem::path dir(t.profile_dir);
-  if (std::find(ranks.begin(), ranks.end(), world_.rank()) != ranks.end()) {
+  const std::filesystem::path dir(train::profile_trace_dir(args_));
+  if (profiled_rank()) {
     std::filesystem::create_directories(dir);
     std::ofstream out(dir / str_cat("trace_rank_", world_.rank(), ".json"));
     out << timeline_->chrome_trace(world_.rank(), str_cat("rank ", world_.rank(), " (pp ", stage, ", tp ", pc.tp().rank(),
                                                           ", dp ", pc.dp().rank(), ")"));
     MEGATRON_CHECK(out.good(), "--profile-dir: cannot write ", (dir / str_cat("trace_rank_", world_.rank(), ".json")).string());
   }
+  if (profiled_rank()) print_gpu_activity(*timeline_, world_.rank());
   world_.barrier();
   if (world_.rank() != 0) return;
   merge_traces(dir, world_.size());
