@@ -12,7 +12,10 @@
 #      sequence per micro-batch, CP = 1), ours and the peer, attention included in the FLOPs.
 #   5. MoE (--only moe): the Llama-style 0.89B at seq 4096 with every MLP a Mixtral-style MoE (8 SwiGLU experts
 #      of 5632, top-2, switch aux loss 1e-2; 4.76B parameters), gbs 16, mbs 2 (mbs 1 where 2 does not fit):
-#      ours with grouped GEMM and the alltoall dispatcher, 8 iterations; the peer (--model mixtral-8x-0.9b,
+#      ours with grouped GEMM and the alltoall dispatcher, 12 iterations (MOE_ITERS), the mean of the last 5:
+#      each expert-GEMM shape family is timed when routing first produces it, which goes on for several
+#      iterations (--use-pytorch-profiler shows it), so the mean is taken after that warm-up, as the peer's
+#      is after torch.compile's; the peer (--model mixtral-8x-0.9b,
 #      --moe-impl auto: the faster of its per-expert loop and torch._grouped_mm, named in its row) at the same
 #      mbs. fp32 weights, gradients and Adam moments alone are 70-80 GiB here (the peer peaks at 96.5 GiB at
 #      mbs 2, 89 GiB at mbs 1), so a GPU under 100 GiB (an H100) runs 10 layers; MOE_LAYERS=N sets the count.
@@ -152,7 +155,7 @@ if want_explicit moe; then
   # mbs 2, else 1 (out of memory or any other failure at 2); the peer at the mbs ours ran, with the same fallback.
   moe_mbs=""
   for mbs in 2 1; do
-    row=$(ours "$moe_name" $mbs 16 8 "${MOE[@]}" --num-layers "$MOE_LAYERS")
+    row=$(ours "$moe_name" $mbs 16 ${MOE_ITERS:-12} "${MOE[@]}" --num-layers "$MOE_LAYERS")
     rows+=("$row")
     if [[ $row != *FAILED* ]]; then moe_mbs=$mbs; break; fi
   done
