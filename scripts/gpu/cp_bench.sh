@@ -6,6 +6,13 @@
 #           memory planner (--dry-run) says fits 139 GiB: none, selective (mlp) or full; the run's log names it.
 #   longest the same shape at seq SEQ_LONG (default 131072, the longest the planner fits at CP=2: 125 GiB with full
 #           recomputation; 163840 plans 134, 196608 142; 65536 without recomputation plans 237), GBS 1, 3 iterations.
+#   8b-offload  the 8b stage's shape without recomputation, OFFLOAD_FRACTION (default 0.7) of the optimizer on
+#           the host with overlapped transfers (the planner: 164 GiB with everything on the GPU, 133 at 0.7), p2p
+#           and a2a (A2A_OFFLOAD_FRACTION, default 0.8); GBS_8B=16 amortises the host's update over 16 micro-batches
+#   trace   the 8b stage's shape with the copy-engine ring, iteration 2 profiled on both ranks with the GPUs' own
+#           kernel and copy records (--use-pytorch-profiler), a window drawn by scripts/gpu/plot_tp_trace.py
+#           ($OUT/cp_ring_timeline.png: attention steps and block pushes, and on each GPU's rows whether the
+#           peer copies ran beside attention kernels)
 #   small   the Llama-style 0.89B at seq 16384 on real text (.deps/data's fortunes, GPT-2 BPE, tokenised here if
 #           needed), mbs 1, GBS 8, 50 iterations: one GPU (CP=1) against CP=2 (p2p, by NCCL and by the copy
 #           engines), tokens/s per GPU and losses.
@@ -18,7 +25,7 @@
 #           rank's idle time is the slowest rank's forward-backward minus its own (it waits for it at the gradient
 #           reduction), summed over iterations 3 on.
 # Each run's log is $OUT/cp_<name>.log; a table is printed last (MFU by Megatron's formula, attention included).
-#   scripts/gpu/cp_bench.sh [8b] [longest] [small] [packed]   (ITERS_8B=4, ITERS_SMALL=50, RUN_TIMEOUT=s per run)
+#   scripts/gpu/cp_bench.sh [8b] [8b-offload] [trace] [longest] [small] [packed]   (ITERS_8B=4, ITERS_SMALL=50, RUN_TIMEOUT=s per run)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/two_gpus.sh  # OUT, the environment, MPI
@@ -73,6 +80,26 @@ if [[ $STAGES == *" 8b "* ]]; then
     $RECOMPUTE
   # shellcheck disable=SC2086
   run 8b_a2a "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --cp-comm-type a2a $RECOMPUTE
+fi
+
+if [[ $STAGES == *" 8b-offload "* ]]; then  # no recomputation: the optimizer partly on the host instead
+  OFFLOAD=(--optimizer-cpu-offload --overlap-cpu-optimizer-d2h-h2d)
+  run 8b_p2p_offload "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --cp-comm-type p2p "${OFFLOAD[@]}" \
+    --optimizer-offload-fraction "${OFFLOAD_FRACTION:-0.7}"
+  # a2a held 4 GiB more than p2p at the 8b stage (its all-to-all buffers): a tenth more of the optimizer leaves
+  run 8b_a2a_offload "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --cp-comm-type a2a "${OFFLOAD[@]}" \
+    --optimizer-offload-fraction "${A2A_OFFLOAD_FRACTION:-0.8}"
+fi
+
+if [[ $STAGES == *" trace "* ]]; then  # the copy-engine ring of the 8b stage profiled: is the KV exchange hidden?
+  RECOMPUTE=${RECOMPUTE-$(pick_recompute "${LLAMA3_8B[@]}" --cp-comm-type p2p)}
+  # shellcheck disable=SC2086
+  run 8b_ring_trace "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" --cp-comm-type p2p --cp-comm-transport copy-engine \
+    $RECOMPUTE --train-iters 3 --profile --profile-step-start 2 --profile-step-end 3 --profile-ranks 0 1 \
+    --profile-dir "$OUT/cp_trace" --use-pytorch-profiler
+  python3 scripts/gpu/plot_tp_trace.py "$OUT/cp_trace/trace.json" "$OUT/cp_ring_timeline.png" --rows \
+    cp-attention,cp-comm --start-us "${TRACE_START_US:-0}" --window-us "${TRACE_WINDOW_US:-6000}" |
+    tee "$OUT/cp_trace_summary.txt"
 fi
 
 if [[ $STAGES == *" longest "* ]]; then

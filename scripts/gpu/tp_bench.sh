@@ -11,7 +11,7 @@
 #      and with --tp-comm-overlap-rs-dgrad (SKIP_PARTS=1: not those), and with the NCCL transport instead of the copy
 #      engines (--tp-comm-overlap-transport nccl); GBS_8B (default 8) samples an iteration.
 #   3b. (overlap-trace) the 8B shape with --tp-comm-overlap, iteration 3 profiled on both ranks (--profile-dir
-#      $OUT/tp_trace), and a 3 ms window of it drawn by scripts/gpu/plot_tp_trace.py ($OUT/tp_overlap_timeline.png).
+#      $OUT/tp_trace, with the GPUs' own kernel and copy records: --use-pytorch-profiler), and a 3 ms window of it drawn by scripts/gpu/plot_tp_trace.py ($OUT/tp_overlap_timeline.png).
 #   4. (overlap-losses) the 0.89B at TP=2 + SP on real text (.deps/docs, scripts/gpu/prepare_text_corpus.sh),
 #      ITERS_LOSSES (default 50) iterations with --tp-comm-overlap and without, losses compared (bf16 tolerance).
 # Each GPU rank prints "memory (GiB): peak allocated P | ... | model state S | peak activations A".
@@ -71,7 +71,7 @@ fi
 if [ "$WHAT" = overlap-trace ]; then  # iteration 3 of the 8B shape profiled on both ranks, drawn
   run 8b_sp_overlap_trace "${MPI[@]}" "$BIN" "${COMMON[@]}" "${LLAMA3_8B[@]}" --sequence-parallel --tp-comm-overlap \
     --train-iters 4 --profile --profile-step-start 3 --profile-step-end 4 --profile-ranks 0 1 \
-    --profile-dir "$OUT/tp_trace"
+    --profile-dir "$OUT/tp_trace" --use-pytorch-profiler
   python3 scripts/gpu/plot_tp_trace.py "$OUT/tp_trace/trace.json" "$OUT/tp_overlap_timeline.png" --start-us 20000 |
     tee "$OUT/tp_trace_summary.txt"
 fi
