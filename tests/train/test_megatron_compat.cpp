@@ -142,6 +142,11 @@ TEST(ProfilingFlags, PyTorchProfilerTracesGoWhereMegatronPutsThem) {
   EXPECT_EQ(trace_dir({"--use-pytorch-profiler", "--profile-dir", "p"}), "") << "Megatron profiles only with --profile";
   testing::expect_error([] { resolved({"--train-iters", "3", "--profile", "--use-pytorch-profiler"}); },
                         {"--use-pytorch-profiler writes its trace to --profile-dir", "--tensorboard-dir"});
+  // The profiler's companions in Megatron's scripts: shapes and call stacks are moot, Chakra traces refused.
+  EXPECT_TRUE(resolved({"--train-iters", "3", "--profile", "--use-pytorch-profiler", "--profile-dir", "p",
+                        "--pytorch-profiler-collect-shapes", "--pytorch-profiler-collect-callstack"}).training.profile);
+  testing::expect_error([] { resolved({"--train-iters", "3", "--pytorch-profiler-collect-chakra"}); },
+                        {"--pytorch-profiler-collect-chakra", "no Chakra execution-trace writer"});
   EXPECT_TRUE(resolved({"--train-iters", "3", "--use-pytorch-profiler"}).training.use_pytorch_profiler);
 }
 

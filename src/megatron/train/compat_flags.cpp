@@ -50,6 +50,11 @@ std::vector<FlagSpec> noop_flags() {
       noop_flag("--auto-detect-ckpt-format", F::Switch, "there is one checkpoint format (metadata.json says it)"),
       noop_flag("--grad-reduce-in-bf16", F::Switch,
                 "gradients are always accumulated and reduced in fp32 here (more precise; bf16 only saves bandwidth)"),
+      noop_flag("--pytorch-profiler-collect-shapes", F::Switch,
+                "--use-pytorch-profiler records the GPU's kernels and copies (with their byte counts), not PyTorch "
+                "operators, so there are no operator shapes to add"),
+      noop_flag("--pytorch-profiler-collect-callstack", F::Switch,
+                "there is no Python call stack; the trace's spans name each micro-batch's forward and backward"),
   };
 }
 
@@ -75,6 +80,13 @@ std::vector<FlagSpec> refused_flags() {
   return {
       refused_flag("--config-name", F::Value, hydra),
       refused_flag("--config-path", F::Value, hydra),
+      refused_flag("--pytorch-profiler-collect-chakra", F::Switch,
+                   "there is no Chakra execution-trace writer here; --use-pytorch-profiler's Chrome trace holds the "
+                   "kernels, copies and spans of the profiled iterations"),
+      refused_flag("--record-memory-history", F::Switch,
+                   "PyTorch's allocator history (a pickle for its memory viz) has no equivalent here; the log's memory "
+                   "line (peak allocated, model state, peak activations) and --dry-run's per-rank plan show where "
+                   "memory goes"),
       refused_flag("--consistency-check", F::Switch,
                    "not an argument of Megatron-LM's pretrain_gpt (megatron/training/arguments.py); drop the flag"),
   };
