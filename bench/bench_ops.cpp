@@ -1,6 +1,9 @@
 // bench_ops: every op family's benchmark rows in one table, against the machine's measured ceilings.
 //
-//   bench_ops [--only family,...] [--markdown FILE]
+//   bench_ops [--only family,...] [--markdown FILE] [--untimed-plans]
+//
+// --untimed-plans runs every op with its library's heuristic first choice (cuBLASLt's algorithms), as
+// deterministic mode does, instead of the fastest of the timed candidates.
 //
 // Ceilings: memory-bound rows are compared with a device-to-device copy measured at start (bytes read +
 // written, 2 GiB); compute-bound rows with the dense bf16 peak of an H100/H200 (989 TFLOP/s) and with
@@ -48,6 +51,7 @@ double measure_copy_gbps(Context& ctx) {
 int main(int argc, char** argv) {
   std::set<std::string> only;
   std::string markdown_path;
+  bool untimed_plans = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--only" && i + 1 < argc) {
@@ -55,13 +59,19 @@ int main(int argc, char** argv) {
       for (std::string f; std::getline(ss, f, ',');) only.insert(f);
     } else if (a == "--markdown" && i + 1 < argc) {
       markdown_path = argv[++i];
+    } else if (a == "--untimed-plans") {
+      untimed_plans = true;
     } else {
-      std::cerr << "usage: bench_ops [--only family,...] [--markdown FILE]\nunknown argument: " << a << "\n";
+      std::cerr << "usage: bench_ops [--only family,...] [--markdown FILE] [--untimed-plans]\nunknown argument: "
+                << a << "\n";
       return 2;
     }
   }
   try {
     auto ctx = Context::cuda(0);
+    // --untimed-plans: every library's heuristic first choice, as deterministic mode takes it (no candidate
+    // timing), to compare with the timed choices of a run without it.
+    ctx->set_deterministic(untimed_plans);
     const auto& props = ctx->cuda_libraries().properties;
     double copy_gbps = measure_copy_gbps(*ctx);
     std::vector<std::pair<std::string, OpBenchRow>> rows;
