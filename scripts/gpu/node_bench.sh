@@ -58,7 +58,10 @@ first_layout() {  # first_layout <model flags...>
   "$BIN" "$@" "${COMMON[@]}" --train-iters 3 --dry-run-layouts 8 --dry-run-gpu-memory 135 2>&1 | python3 -c '
 import sys
 lines = sys.stdin.read().splitlines()
-head = next(i for i, l in enumerate(lines) if l.split()[:4] == ["TP", "PP", "CP", "DP"])
+head = next((i for i, l in enumerate(lines) if l.split()[:4] == ["TP", "PP", "CP", "DP"]), None)
+if head is None or head + 1 >= len(lines) or not lines[head + 1].split()[0].isdigit():
+    tail = " / ".join(l.strip() for l in lines[-3:])
+    sys.exit(f"the planner listed no layout of 8 GPUs that fits: {tail}")
 cols, row = lines[head].split(), lines[head + 1].split()
 v = dict(zip(cols, row))
 flags = ["--tensor-model-parallel-size", v["TP"], "--pipeline-model-parallel-size", v["PP"],
@@ -114,17 +117,23 @@ if [[ $STAGES == *" scaling "* ]]; then
 fi
 
 if [[ $STAGES == *" 70b "* ]]; then
-  LAYOUT=$(first_layout "${LLAMA_70B[@]}")
-  echo "70B: the planner's first layout: $LAYOUT"
-  # shellcheck disable=SC2086
-  run 70b "${MPI[@]}" "$BIN" "${LLAMA_70B[@]}" "${COMMON[@]}" --train-iters 3 $LAYOUT
+  if LAYOUT=$(first_layout "${LLAMA_70B[@]}"); then
+    echo "70B: the planner's first layout: $LAYOUT"
+    # shellcheck disable=SC2086
+    run 70b "${MPI[@]}" "$BIN" "${LLAMA_70B[@]}" "${COMMON[@]}" --train-iters 3 $LAYOUT
+  else
+    echo "70B: not run"
+  fi
 fi
 
 if [[ $STAGES == *" mixtral "* ]]; then
-  LAYOUT=$(first_layout "${MIXTRAL[@]}")
-  echo "Mixtral 8x7B: the planner's first layout: $LAYOUT"
-  # shellcheck disable=SC2086
-  run mixtral "${MPI[@]}" "$BIN" "${MIXTRAL[@]}" "${COMMON[@]}" --train-iters "$ITERS" --moe-per-layer-logging $LAYOUT
+  if LAYOUT=$(first_layout "${MIXTRAL[@]}"); then
+    echo "Mixtral 8x7B: the planner's first layout: $LAYOUT"
+    # shellcheck disable=SC2086
+    run mixtral "${MPI[@]}" "$BIN" "${MIXTRAL[@]}" "${COMMON[@]}" --train-iters "$ITERS" --moe-per-layer-logging $LAYOUT
+  else
+    echo "Mixtral 8x7B: not run"
+  fi
 fi
 
 if [[ $STAGES == *" overlap "* ]]; then

@@ -65,7 +65,11 @@ def main():
     p.add_argument("--window-us", type=float, default=3000.0)
     p.add_argument("--rows", default="tp-gemm,tp-comm")
     a = p.parse_args()
-    compute_row, comm_row = a.rows.split(",")
+    rows = a.rows.split(",")
+    if len(rows) != 2 or not all(rows):
+        sys.exit(f"--rows {a.rows!r}: give the compute row and the transfer row, comma-separated "
+                 f"(tp-gemm,tp-comm or cp-attention,cp-comm)")
+    compute_row, comm_row = rows
     try:
         with open(a.trace) as f:
             events = json.load(f)

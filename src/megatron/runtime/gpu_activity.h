@@ -7,7 +7,9 @@
 //
 // CUPTI's activity buffers belong to the process, so at most one GpuActivity may exist at a time (checked).
 // Timestamps are the host's steady clock in microseconds, the clock Timeline uses, so the kernel rows line up
-// with the host-timed spans of the same trace. Builds without CUPTI have available() false and refuse to
+// with the host-timed spans of the same trace. Timeline's event-timed GPU spans are placed as if the GPU began
+// the iteration when the host did; where the GPU was still behind, those spans sit earlier than the kernel
+// rows, which carry the true times. Builds without CUPTI have available() false and refuse to
 // construct one, with the reason.
 #pragma once
 
