@@ -2,6 +2,9 @@
 # On the GPU machine: the FP8 measurements, in stages (several per call, in order):
 #   build    configure and build what they need (test_ops_fp8, test_nn_fp8_linear, bench_ops, pretrain_gpt; or
 #            BUILD_TARGETS)
+#   build-old  pretrain_gpt from OLD_TREE (an unpacked `git archive` of an earlier commit) into build-old, for a
+#            before/after in one call: then `PRETRAIN=build-old/tools/pretrain_gpt RUN_TAG=old` runs the stages
+#            below with that binary (their logs named *_old)
 #   ops      the FP8 and gemm op suites on the GPU (against the CPU) and the cast-transpose bandwidth
 #   llama    the Llama-style 0.89B (seq 2048, mbs 4, gbs 32): RECIPES of bf16 and the FP8 recipes (hybrid
 #            format) delayed, tensorwise, blockwise (all four by default)
@@ -57,7 +60,8 @@ converge() {
 # Our run: the mean of iterations 3..6 and the peak memory line.
 ours() {
   local name=$1; shift
-  timeout 150 build-gpu/tools/pretrain_gpt "$@" >"$OUT/$name.log" 2>&1
+  name=$name${RUN_TAG:+_$RUN_TAG}
+  timeout 150 "${PRETRAIN:-build-gpu/tools/pretrain_gpt}" "$@" >"$OUT/$name.log" 2>&1
   echo "$name: $(grep -E "iteration +[3-6]/" "$OUT/$name.log" | grep -o "per iteration (ms): [0-9.]*" |
     awk '{s+=$4; n++} END {if (n) printf "%.1f ms/iter", s/n}') | $(grep -E "iteration +6/" "$OUT/$name.log" |
     grep -o "TFLOP/s/GPU): [0-9.]*\|tokens per second per GPU: [0-9]*" | tr '\n' ' ')"
@@ -74,6 +78,13 @@ for stage in "$@"; do
         -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" "${TOKENIZER_ARGS[@]}" >"$OUT/configure.log" 2>&1 &&
         cmake --build build-gpu -j "$(nproc)" --target ${BUILD_TARGETS:-test_ops_fp8 test_ops_fp8_block test_ops_gemm test_nn_fp8_linear bench_ops pretrain_gpt} \
           >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head; exit 1; } ;;
+    build-old)
+      [ -n "${OLD_TREE:-}" ] || { echo "build-old: set OLD_TREE to an unpacked git archive" >&2; exit 2; }
+      [ -e "$OLD_TREE/.deps" ] || ln -s "$PWD/.deps" "$OLD_TREE/.deps"  # the carried dependencies
+      cmake -S "$OLD_TREE" -B build-old -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" >"$OUT/configure-old.log" 2>&1 &&
+        cmake --build build-old -j "$(nproc)" --target pretrain_gpt >"$OUT/build-old.log" 2>&1 ||
+        { grep -E "error|FAILED" "$OUT/build-old.log" | head; exit 1; } ;;
     ops)
       (cd build-gpu && timeout 200 ctest -R "fp8|gemm" -LE mpi --timeout 180) 2>&1 | grep -E "Test +#|tests passed|Failed"
       timeout 240 build-gpu/bench/bench_ops --only fp8,gemm >"$OUT/bench_fp8.log" 2>&1

@@ -103,12 +103,13 @@ LinearSaved ColumnParallelLinear::forward(Context& ctx, const Tensor& y, const T
   return LinearSaved{x};
 }
 
-void ColumnParallelLinear::backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, const Tensor& dy) {
+void ColumnParallelLinear::backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, LinearOperand dy_in) {
   if (fp8_.enabled()) {
-    fp8_backward(ctx, saved, dx, dy);
+    fp8_backward(ctx, saved, dx, std::move(dy_in));
     saved = LinearSaved();
     return;
   }
+  const Tensor dy = dy_in.materialise(ctx);
   const Tensor x = std::move(saved.x);
   MEGATRON_CHECK(x.defined(), "ColumnParallelLinear ", weight.name, ": backward without a forward's saved input");
   Tensor dpart = dy;
@@ -137,14 +138,17 @@ LinearSaved ColumnParallelLinear::fp8_forward(Context& ctx, const Tensor& y, con
   return fp8_linear_forward(ctx, y, whole, weight, &bias, fp8_, fp8_split(), gelu_input_out);
 }
 
-void ColumnParallelLinear::fp8_backward(Context& ctx, const LinearSaved& saved, const Tensor& dx, const Tensor& dy) {
+void ColumnParallelLinear::fp8_backward(Context& ctx, const LinearSaved& saved, const Tensor& dx,
+                                        LinearOperand&& dy) {
   const Fp8TensorSplit split = fp8_split();
-  const Fp8Grad g = fp8_linear_grad(ctx, dy, fp8_, split);
+  const Fp8Grad g = fp8_linear_grad(ctx, dy, fp8_, split, bias.defined());
+  const DType dtype = dy.dtype();
+  dy = LinearOperand(Tensor());  // the cast has read it (a produced operand's inputs are freed here)
   parallel::PendingCollective reduce;
   if (dx.defined()) {
     // dx's all-reduce (or reduce-scatter under SP) runs while the weight-gradient GEMM computes.
-    const int64_t in = in_features(), rows = g.dy.dim(0);
-    Tensor dwhole = tp_.sp() ? ctx.empty({rows, in}, dy.dtype()) : dx;
+    const int64_t in = in_features(), rows = g.rows;
+    Tensor dwhole = tp_.sp() ? ctx.empty({rows, in}, dtype) : dx;
     fp8_linear_backward_input(ctx, dwhole, g, weight, fp8_, split);
     if (tp_.sp()) reduce = parallel::gather_from_sp_backward(ctx, tp_, dx.view({-1, in}), dwhole, /*async=*/true);
     else if (tp_.enabled()) reduce = parallel::copy_to_tp_backward(ctx, tp_, dx, /*async=*/true);

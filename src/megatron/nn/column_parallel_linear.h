@@ -16,7 +16,9 @@
 //   ([rows, out] with gather_output); gelu_input_out as in linear.h (not with gather_output). Returns what
 //   backward needs: x (under SP only this rank's shard, re-gathered in backward, as Megatron does).
 // backward(ctx, saved, dx, dy): dy like y, dx like x (assigned; undefined: not wanted, no collective either);
-//   main grads accumulated (+=). Consumes `saved`.
+//   main grads accumulated (+=). Consumes `saved` and `dy`. dy may be a produced operand (linear_operand.h,
+//   e.g. SwiGLU's input gradient): an FP8 layer computes it inside the gradient's cast and drops the op's
+//   inputs before its GEMMs; any other layer materialises it.
 // enable_fp8(state): the layer's three GEMMs run in FP8 from now on (fp8_linear.h), registered with the model
 //   chunk's scaling state; under sequence parallelism the forward gathers the input in the parameter dtype and
 //   keeps the whole input's FP8 transpose for the backward (no re-gather). Not with gather_output.
@@ -55,7 +57,7 @@ class ColumnParallelLinear {
   void init(Context& ctx, uint64_t seed, double std);
   [[nodiscard]] LinearSaved forward(Context& ctx, const Tensor& y, const Tensor& x,
                                     const Tensor& gelu_input_out = Tensor()) const;
-  void backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, const Tensor& dy);
+  void backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, LinearOperand dy);
   void collect_parameters(ParameterList& out);
   // sequence_group: the CP group when the activations are split along the sequence (else null).
   void enable_fp8(const std::shared_ptr<Fp8ScalingState>& state, comm::Communicator* sequence_group = nullptr);
@@ -69,7 +71,7 @@ class ColumnParallelLinear {
 
  private:
   LinearSaved fp8_forward(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& gelu_input_out) const;
-  void fp8_backward(Context& ctx, const LinearSaved& saved, const Tensor& dx, const Tensor& dy);
+  void fp8_backward(Context& ctx, const LinearSaved& saved, const Tensor& dx, LinearOperand&& dy);
   // The weight and the output gradient are split over TP; the input is whole.
   Fp8TensorSplit fp8_split() const {
     return {.group = tp_.group.get(), .input = false, .weight = true, .grad = true, .sequence_group = sequence_group_};

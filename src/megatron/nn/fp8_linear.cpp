@@ -50,29 +50,53 @@ const Fp8CastWeight& cast_weight(Context& ctx, const Parameter& weight, const Fp
 
 }  // namespace
 
-Fp8Operand fp8_quantize(Context& ctx, const Tensor& in, DType dtype, const Fp8ScalingState& state,
+namespace {
+
+// The delayed cast of `in` with `scale`: the plain cast of a stored operand, the fused one of a produced one.
+void delayed_cast(Context& ctx, const Fp8Operand& out, const Tensor& amax, const LinearOperand& in,
+                  const Tensor& scale) {
+  const int64_t rows = in.rows();
+  switch (in.op()) {
+    case LinearOperand::Op::Stored:
+      ops::fp8_cast_transpose(ctx, out.q, out.q_t, amax, in.tensor().view({rows, in.cols()}), scale);
+      return;
+    case LinearOperand::Op::Swiglu:
+      ops::fp8_swiglu_cast_transpose(ctx, out.q, out.q_t, amax, in.x().view({rows, 2 * in.cols()}), scale);
+      return;
+    case LinearOperand::Op::SwigluGrad:
+      ops::fp8_swiglu_grad_cast_transpose(ctx, out.q, out.q_t, amax, in.dy().view({rows, in.cols() / 2}),
+                                          in.x().view({rows, in.cols()}), scale);
+      return;
+  }
+}
+
+}  // namespace
+
+Fp8Operand fp8_quantize(Context& ctx, const LinearOperand& operand, DType dtype, const Fp8ScalingState& state,
                         const Fp8TensorScaling& slot, bool want_q, bool want_t, const Fp8AmaxGroups& groups,
                         bool weight) {
   const Fp8Recipe& recipe = state.recipe();
-  const Tensor in2 = in.view({-1, in.shape().cols()});
-  const int64_t rows = in2.dim(0), cols = in2.dim(1);
+  if (!operand.stored() && recipe.scaling != Fp8Scaling::Delayed)
+    return fp8_quantize(ctx, operand.materialise(ctx), dtype, state, slot, want_q, want_t, groups, weight);
+  const int64_t rows = operand.rows(), cols = operand.cols();
   Fp8Operand out;
   if (want_q) out.q = ctx.empty({rows, cols}, dtype);
   if (want_t) out.q_t = ctx.empty({cols, rows}, dtype);
-  if (recipe.scaling == Fp8Scaling::Blockwise) {
-    out.layout = weight ? ops::Fp8ScaleLayout::Blocks128x128 : ops::Fp8ScaleLayout::Rows1x128;
-    if (want_q) out.scale_inv = ctx.empty(ops::fp8_scale_shape(out.layout, rows, cols), DType::F32);
-    if (want_t) out.scale_inv_t = ctx.empty(ops::fp8_scale_shape(out.layout, cols, rows), DType::F32);
-    ops::fp8_block_quantize(ctx, out.q, out.scale_inv, out.q_t, out.scale_inv_t, in2, out.layout);
-    return out;
-  }
   if (recipe.scaling == Fp8Scaling::Delayed) {
     // cuBLASLt refuses scale pointers inside the state's vectors (it wants them aligned beyond 4 bytes): the
     // GEMMs read a copy in an allocation of its own.
     out.scale_inv = ctx.empty({1}, DType::F32);
     out.scale_inv_t = out.scale_inv;
     ops::copy(ctx, out.scale_inv, slot.scale_inv);
-    ops::fp8_cast_transpose(ctx, out.q, out.q_t, state.recording() ? slot.amax : Tensor(), in2, slot.scale);
+    delayed_cast(ctx, out, state.recording() ? slot.amax : Tensor(), operand, slot.scale);
+    return out;
+  }
+  const Tensor in2 = operand.tensor().view({rows, cols});
+  if (recipe.scaling == Fp8Scaling::Blockwise) {
+    out.layout = weight ? ops::Fp8ScaleLayout::Blocks128x128 : ops::Fp8ScaleLayout::Rows1x128;
+    if (want_q) out.scale_inv = ctx.empty(ops::fp8_scale_shape(out.layout, rows, cols), DType::F32);
+    if (want_t) out.scale_inv_t = ctx.empty(ops::fp8_scale_shape(out.layout, cols, rows), DType::F32);
+    ops::fp8_block_quantize(ctx, out.q, out.scale_inv, out.q_t, out.scale_inv_t, in2, out.layout);
     return out;
   }
   // Current scaling: this tensor's own amax (of the whole tensor when it is split over TP), then the scale.
@@ -89,17 +113,18 @@ Fp8Operand fp8_quantize(Context& ctx, const Tensor& in, DType dtype, const Fp8Sc
   return out;
 }
 
-LinearSaved fp8_linear_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parameter& weight,
+LinearSaved fp8_linear_forward(Context& ctx, const Tensor& y, const LinearOperand& x, const Parameter& weight,
                                const Parameter* bias, const Fp8Site& site, const Fp8TensorSplit& split,
                                const Tensor& gelu_input_out) {
   const int64_t in = weight.value.dim(1), out = weight.value.dim(0);
-  const Tensor x2 = x.view({-1, in});
+  MEGATRON_CHECK(x.cols() == in, "FP8 linear ", weight.name, ": the input has ", x.cols(), " columns, the weight ",
+                 weight.value.describe(), " takes ", in);
   check_multiple_of_16(weight, "the input features", in);
   check_multiple_of_16(weight, "the output features", out);
-  check_multiple_of_16(weight, "the token rows", x2.dim(0));
+  check_multiple_of_16(weight, "the token rows", x.rows());
   const Fp8ScalingState& state = *site.state;
   const Fp8CastWeight& w = cast_weight(ctx, weight, site, split);
-  Fp8Operand xq = fp8_quantize(ctx, x2, state.recipe().forward_dtype(), state, state.input(site.index), true, true,
+  Fp8Operand xq = fp8_quantize(ctx, x, state.recipe().forward_dtype(), state, state.input(site.index), true, true,
                                amax_groups(split, split.input, true));
   ops::GemmOptions opt{.transpose_b = true,
                        .a_scale = xq.scale_inv,
@@ -124,10 +149,16 @@ LinearSaved fp8_linear_forward(Context& ctx, const Tensor& y, const Tensor& x, c
   return LinearSaved{.x_fp8_t = xq.q_t, .x_scale_inv = xq.scale_inv_t, .x_scale_layout = xq.layout};
 }
 
-Fp8Grad fp8_linear_grad(Context& ctx, const Tensor& dy, const Fp8Site& site, const Fp8TensorSplit& split) {
+Fp8Grad fp8_linear_grad(Context& ctx, const LinearOperand& dy, const Fp8Site& site, const Fp8TensorSplit& split,
+                        bool bias_gradient) {
   const Fp8ScalingState& state = *site.state;
-  Fp8Grad g{.dy = dy.view({-1, dy.shape().cols()})};
-  g.q = fp8_quantize(ctx, g.dy, state.recipe().grad_dtype(), state, state.grad(site.index), true, true,
+  Fp8Grad g{.rows = dy.rows()};
+  LinearOperand source = dy;
+  if (bias_gradient) {  // the column sums need the stored gradient
+    g.dy = dy.materialise(ctx).view({dy.rows(), dy.cols()});
+    source = g.dy;
+  }
+  g.q = fp8_quantize(ctx, source, state.recipe().grad_dtype(), state, state.grad(site.index), true, true,
                      amax_groups(split, split.grad, true));
   return g;
 }
@@ -145,7 +176,7 @@ void fp8_linear_backward_input(Context& ctx, const Tensor& dx, const Fp8Grad& g,
     ops::gemm(ctx, dx.view({-1, in}), g.q.q, w.w_t, opt);
     return;
   }
-  Tensor dact = ctx.empty({g.dy.dim(0), in}, dx.dtype());
+  Tensor dact = ctx.empty({g.rows, in}, dx.dtype());
   ops::gemm(ctx, dact, g.q.q, w.w_t, opt);
   ops::gelu_backward(ctx, dx.view({-1, in}), dact, dx_gelu_input.view({-1, in}));
 }
@@ -161,6 +192,8 @@ void fp8_linear_backward_weight(Context& ctx, const Fp8Grad& g, const LinearSave
              .a_scale_layout = g.q.layout,
              .b_scale_layout = saved.x_scale_layout});
   if (bias == nullptr || !bias->defined()) return;
+  MEGATRON_CHECK(g.dy.defined(), "FP8 linear ", weight.name, ": the bias gradient needs the output gradient, ",
+                 "which fp8_linear_grad keeps only when asked for it (bias_gradient)");
   Tensor db = ctx.empty({g.dy.dim(1)}, DType::F32);  // the column sums come in f32
   ops::sum_columns(ctx, db, g.dy);
   if (bias->main_grad.dtype() != DType::F32) {  // F64 parameters (the CPU's double-precision emulation)

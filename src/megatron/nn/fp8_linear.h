@@ -30,6 +30,7 @@
 
 #include "megatron/nn/fp8_scaling_state.h"
 #include "megatron/nn/linear.h"
+#include "megatron/nn/linear_operand.h"
 
 namespace megatron::nn {
 
@@ -59,20 +60,25 @@ struct Fp8AmaxGroups {
 
 // in [rows, cols] -> fp8 `dtype`, scaled by the recipe with `slot` (delayed scaling's state for this tensor).
 // `weight`: the tensor is a weight (128 x 128 blocks under the blockwise recipe; 1 x 128 otherwise).
-Fp8Operand fp8_quantize(Context& ctx, const Tensor& in, DType dtype, const Fp8ScalingState& state,
+// A produced operand (linear_operand.h) is computed inside the cast under delayed scaling, whose scale is
+// known before the cast; the other recipes need the tensor first (its amax, its blocks) and materialise it.
+Fp8Operand fp8_quantize(Context& ctx, const LinearOperand& in, DType dtype, const Fp8ScalingState& state,
                         const Fp8TensorScaling& slot, bool want_q, bool want_t, const Fp8AmaxGroups& groups,
                         bool weight = false);
 
-// The linear's output gradient, quantised for both backward GEMMs (and kept for the bias gradient).
+// The linear's output gradient, quantised for both backward GEMMs.
 struct Fp8Grad {
-  Tensor dy;  // [T, out]
+  int64_t rows = 0;  // T
+  Tensor dy;         // [T, out], kept for the bias gradient only (undefined without a bias)
   Fp8Operand q;
 };
 
-LinearSaved fp8_linear_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parameter& weight,
+LinearSaved fp8_linear_forward(Context& ctx, const Tensor& y, const LinearOperand& x, const Parameter& weight,
                                const Parameter* bias, const Fp8Site& site, const Fp8TensorSplit& split,
                                const Tensor& gelu_input_out = Tensor());
-Fp8Grad fp8_linear_grad(Context& ctx, const Tensor& dy, const Fp8Site& site, const Fp8TensorSplit& split);
+// `bias_gradient`: the layer has a bias whose gradient (dy's column sums) fp8_linear_backward_weight adds.
+Fp8Grad fp8_linear_grad(Context& ctx, const LinearOperand& dy, const Fp8Site& site, const Fp8TensorSplit& split,
+                        bool bias_gradient);
 void fp8_linear_backward_input(Context& ctx, const Tensor& dx, const Fp8Grad& g, const Parameter& weight,
                                const Fp8Site& site, const Fp8TensorSplit& split,
                                const Tensor& dx_gelu_input = Tensor());

@@ -1,6 +1,5 @@
 #include "megatron/nn/mlp.h"
 
-#include "megatron/ops/activation/activation.h"
 
 namespace megatron::nn {
 
@@ -25,13 +24,14 @@ MLPSaved MLP::forward(Context& ctx, const Tensor& out, const Tensor& x) const {
   const int64_t rows = x.shape().rows() * (tp_.sp() ? tp_.size() : 1);
   MLPSaved saved;
   saved.pre_act = ctx.empty({rows, linear_fc1.out_features()}, x.dtype());
-  Tensor act = ctx.empty({rows, ffn_}, x.dtype());
   if (swiglu_) {
+    // SwiGLU's output as fc2's produced input: an FP8 fc2 computes it inside its cast, else it is stored first.
     saved.fc1 = linear_fc1.forward(ctx, saved.pre_act, x);
-    ops::swiglu_forward(ctx, act, saved.pre_act);
-  } else {
-    saved.fc1 = linear_fc1.forward(ctx, act, x, /*gelu_input_out=*/saved.pre_act);  // GELU in the gemm's epilogue
+    saved.fc2 = linear_fc2.forward(ctx, out, LinearOperand::swiglu(saved.pre_act));
+    return saved;
   }
+  Tensor act = ctx.empty({rows, ffn_}, x.dtype());
+  saved.fc1 = linear_fc1.forward(ctx, act, x, /*gelu_input_out=*/saved.pre_act);  // GELU in the gemm's epilogue
   saved.fc2 = linear_fc2.forward(ctx, out, act);
   return saved;
 }
@@ -39,14 +39,18 @@ MLPSaved MLP::forward(Context& ctx, const Tensor& out, const Tensor& x) const {
 void MLP::backward(Context& ctx, MLPSaved&& saved, const Tensor& dx, const Tensor& dout) {
   MLPSaved m = std::move(saved);
   MEGATRON_CHECK(m.pre_act.defined(), "MLP: backward without a forward's saved state");
-  Tensor dpre = ctx.empty(m.pre_act.shape(), m.pre_act.dtype());
   if (swiglu_) {
+    // SwiGLU's input gradient as fc1's produced output gradient: an FP8 fc1 computes it inside its cast;
+    // otherwise it is stored here, so that the pre-activation is freed before fc1's GEMMs, as before.
     Tensor dact = ctx.empty({m.pre_act.dim(0), ffn_}, dout.dtype());
     linear_fc2.backward(ctx, std::move(m.fc2), dact, dout);
-    ops::swiglu_backward(ctx, dpre, dact, m.pre_act);
-  } else {  // GELU's backward in the gemm's epilogue
-    linear_fc2.backward(ctx, std::move(m.fc2), dpre, dout, /*dx_gelu_input=*/m.pre_act);
+    LinearOperand dpre = LinearOperand::swiglu_grad(std::move(dact), std::move(m.pre_act));
+    if (!linear_fc1.fp8()) dpre = dpre.materialise(ctx);
+    linear_fc1.backward(ctx, std::move(m.fc1), dx, std::move(dpre));
+    return;
   }
+  Tensor dpre = ctx.empty(m.pre_act.shape(), m.pre_act.dtype());
+  linear_fc2.backward(ctx, std::move(m.fc2), dpre, dout, /*dx_gelu_input=*/m.pre_act);  // GELU's backward in the gemm
   m.pre_act = Tensor();
   linear_fc1.backward(ctx, std::move(m.fc1), dx, dpre);
 }

@@ -20,11 +20,11 @@ void RowParallelLinear::init(Context& ctx, uint64_t seed, double std) {
   if (bias.defined()) init_constant(ctx, bias, 0.0);
 }
 
-LinearSaved RowParallelLinear::local_forward(Context& ctx, const Tensor& y, const Tensor& x,
+LinearSaved RowParallelLinear::local_forward(Context& ctx, const Tensor& y, const LinearOperand& x,
                                             const Parameter* bias) const {
   if (fp8_.enabled()) return fp8_linear_forward(ctx, y, x, weight, bias, fp8_, fp8_split());
-  linear_forward(ctx, y, x, weight, bias);
-  return LinearSaved{x};
+  linear_forward(ctx, y, x.tensor(), weight, bias);
+  return LinearSaved{x.tensor()};
 }
 
 void RowParallelLinear::local_backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, const Tensor& dy,
@@ -36,18 +36,21 @@ void RowParallelLinear::local_backward(Context& ctx, LinearSaved&& saved, const 
     linear_backward_weight(ctx, dy, s.x, weight, &bias);
     return;
   }
-  const Fp8Grad g = fp8_linear_grad(ctx, dy, fp8_, fp8_split());
+  const Fp8Grad g = fp8_linear_grad(ctx, dy, fp8_, fp8_split(), bias.defined());
   if (dx.defined()) fp8_linear_backward_input(ctx, dx, g, weight, fp8_, fp8_split(), dx_gelu_input);
   fp8_linear_backward_weight(ctx, g, s, weight, &bias);
 }
 
-LinearSaved RowParallelLinear::forward(Context& ctx, const Tensor& y, const Tensor& x) const {
+LinearSaved RowParallelLinear::forward(Context& ctx, const Tensor& y, const LinearOperand& x) const {
+  // A produced input reaches the FP8 cast as it is only when this rank's slice goes straight into the GEMM.
+  if (!x.stored() && !(fp8_.enabled() && options_.input_is_parallel)) return forward(ctx, y, x.materialise(ctx));
   if (!tp_.enabled()) return local_forward(ctx, y, x, &bias);
-  const int64_t rows = x.shape().rows(), in = in_features(), out = out_features();
-  Tensor part = x;
+  const int64_t rows = x.rows(), in = in_features(), out = out_features();
+  LinearOperand part = x;
   if (!options_.input_is_parallel) {
-    part = ctx.empty({rows, in}, x.dtype());
-    parallel::scatter_to_tp_forward(ctx, tp_, part, x.view({rows, x.shape().cols()}));
+    Tensor slice = ctx.empty({rows, in}, x.dtype());
+    parallel::scatter_to_tp_forward(ctx, tp_, slice, x.tensor().view({rows, x.cols()}));
+    part = slice;
   }
   const Parameter* once = tp_.rank() == 0 ? &bias : nullptr;  // the replicated bias, added by one rank
   if (!tp_.sp()) {
@@ -57,10 +60,11 @@ LinearSaved RowParallelLinear::forward(Context& ctx, const Tensor& y, const Tens
   }
   if (tp_.pipelined_rs() && !fp8_.enabled()) {  // each chunk's partial product sent on while the next computes
     const int64_t r = rows / tp_.size();
+    const Tensor& whole = part.tensor();
     parallel::ring_reduce_scatter(ctx, tp_, y.view({-1, out}), [&](int c, const Tensor& partial) {
-      linear_forward(ctx, partial, parallel::row_block(part, in, c * r, r), weight, once);
+      linear_forward(ctx, partial, parallel::row_block(whole, in, c * r, r), weight, once);
     });
-    return LinearSaved{part};
+    return LinearSaved{whole};
   }
   Tensor partial = ctx.empty({rows, out}, x.dtype());
   LinearSaved saved = local_forward(ctx, partial, part, once);

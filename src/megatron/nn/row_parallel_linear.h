@@ -14,7 +14,9 @@
 // gradient is the same on every rank). At TP = 1 the layer is exactly linear_forward/linear_backward.
 //
 // forward(ctx, y, x): x [rows, in / TP] ([rows, in] without input_is_parallel); y [rows_y, out] assigned,
-//   rows_y = rows / TP under SP, else rows. Returns what backward needs (x's slice of this rank).
+//   rows_y = rows / TP under SP, else rows. Returns what backward needs (x's slice of this rank). x may be a
+//   produced operand (linear_operand.h, e.g. SwiGLU's output): an FP8 layer with input_is_parallel computes
+//   it inside its input's cast, any other layer materialises it first.
 // backward(ctx, saved, dx, dy, dx_gelu_input): dy like y; dx like x (assigned; may be undefined);
 //   dx_gelu_input as in linear.h (the pre-GELU values of this rank's slice of the input, input_is_parallel
 //   only); main grads accumulated (+=). Consumes `saved`.
@@ -44,7 +46,7 @@ class RowParallelLinear {
 
   // weight ~ normal(0, std) by whole-tensor element index (this rank's columns of the TP = 1 init), bias = 0.
   void init(Context& ctx, uint64_t seed, double std);
-  [[nodiscard]] LinearSaved forward(Context& ctx, const Tensor& y, const Tensor& x) const;
+  [[nodiscard]] LinearSaved forward(Context& ctx, const Tensor& y, const LinearOperand& x) const;
   void backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, const Tensor& dy,
                 const Tensor& dx_gelu_input = Tensor());
   void collect_parameters(ParameterList& out);
@@ -60,7 +62,7 @@ class RowParallelLinear {
 
  private:
   // y (or the partial sum under TP) = x W^T (+ the bias on one rank), in the parameter dtype or FP8.
-  LinearSaved local_forward(Context& ctx, const Tensor& y, const Tensor& x, const Parameter* bias) const;
+  LinearSaved local_forward(Context& ctx, const Tensor& y, const LinearOperand& x, const Parameter* bias) const;
   void local_backward(Context& ctx, LinearSaved&& saved, const Tensor& dx, const Tensor& dy,
                       const Tensor& dx_gelu_input);
   // The weight and the input are split over TP; the output gradient is whole.

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/activation/swiglu_math.cuh"
 #include "megatron/ops/cuda_common.cuh"
 
 namespace megatron::ops::cuda {
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(kThreads)
     load_vec<VEC>(x + r * 2 * f + c, gate);
     load_vec<VEC>(x + r * 2 * f + f + c, up);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) gate[i] = gate[i] * sigmoidf(gate[i]) * up[i];
+    for (int i = 0; i < VEC; ++i) gate[i] = swiglu_value(gate[i], up[i]);
     store_vec<VEC>(y + r * f + c, gate);
   }
 }
@@ -105,9 +106,8 @@ __global__ void __launch_bounds__(kThreads) swiglu_bwd_kernel(T* __restrict__ dx
     load_vec<VEC>(dy + r * f + c, g);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      const float s = sigmoidf(gate[i]);
-      dgate[i] = g[i] * up[i] * s * (1.f + gate[i] * (1.f - s));
-      dup[i] = g[i] * gate[i] * s;
+      dgate[i] = swiglu_grad_gate(g[i], gate[i], up[i]);
+      dup[i] = swiglu_grad_up(g[i], gate[i]);
     }
     store_vec<VEC>(dx + r * 2 * f + c, dgate);
     store_vec<VEC>(dx + r * 2 * f + f + c, dup);

@@ -11,6 +11,13 @@
 // pins to the host conversions bit for bit. amax: each block reduces int32 keys (scalar.h) and folds them
 // into amax with one atomicMax, exact and independent of block order.
 //
+// The fused casts (fp8_swiglu_cast_transpose, fp8_swiglu_grad_cast_transpose) are the same kernel with
+// another source of values: each 16-byte vector of the tile is computed from SwiGLU's inputs
+// (ops/activation/swiglu_math.cuh) and rounded to the input dtype, exactly the values the activation op
+// would have stored, so the codes and the amax equal those of the two ops run one after the other. The
+// gradient's source is paired: one read of dy, gate and up at column j yields output columns j and F + j, so
+// its tiles hold 64 columns of each half and every input byte is read once.
+//
 // The scale ops are tiny (n is the number of scaled tensors): one thread per tensor; the delayed update's
 // history roll is done in place, a block owning whole columns and moving them up in chunks of rows.
 #include "megatron/ops/fp8/cuda.h"
@@ -23,6 +30,7 @@
 #include <type_traits>
 
 #include "megatron/core/cuda_check.h"
+#include "megatron/ops/activation/swiglu_math.cuh"
 #include "megatron/ops/cuda_common.cuh"
 #include "megatron/ops/fp8/scalar.h"
 
@@ -53,6 +61,7 @@ struct CastArgs {
   int32_t* amax;       // null: not wanted; else the float's bits, max-accumulated as int32
   const float* scale;
   int64_t rows, cols, col_tiles;
+  int64_t pair_f = 0;  // paired tiles (the SwiGLU gradient): F, the width of each half of the output; else 0
   bool vec_out;        // out aligned to the vector path's store width
   bool vec_out_t;      // out_t 16-byte aligned and rows % 16 == 0: 16-byte stores of 16 rows
 };
@@ -60,15 +69,86 @@ struct CastArgs {
 template <class T>
 constexpr int kVec = int(16 / sizeof(T));       // elements per 16-byte load: 8 (bf16, f16) or 4 (f32)
 
-// The codes of V consecutive elements (V = 4 or 8), packed 4 to a word, first element in the low byte.
-template <__nv_fp8_interpretation_t F, class T, int V>
-__device__ __forceinline__ void quantise_vec(const T (&e)[V], float scale, uint32_t (&codes)[V / 4], int32_t& key) {
+// Where the cast's values come from, one 16-byte vector of V = kVec<T> elements at a time: fetch() issues
+// the vector's kLoads 16-byte loads (batched by the caller before any is used), values() turns them into the
+// V values in fp32, each exactly representable in T.
+// The plain cast: the elements of `in` [rows, cols].
+template <class T>
+struct PlainSource {
+  static constexpr int kLoads = 1;
+  static constexpr bool kPaired = false;
+  const T* in;
+  int64_t cols;
+  __device__ void fetch(int64_t r, int64_t c, uint4 (&raw)[kLoads]) const {
+    raw[0] = *reinterpret_cast<const uint4*>(in + r * cols + c);
+  }
+  __device__ void values(const uint4 (&raw)[kLoads], int64_t, float (&f)[kVec<T>]) const {
+    const T* e = reinterpret_cast<const T*>(&raw[0]);
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) f[k] = to_f32(e[k]);
+  }
+};
+
+template <class T>
+__device__ __forceinline__ float rounded_to(float v) { return to_f32(from_f32<T>(v)); }
+
+// SwiGLU's output [rows, F] from x [rows, 2F] = [gate | up].
+template <class T>
+struct SwigluSource {
+  static constexpr int kLoads = 2;
+  static constexpr bool kPaired = false;
+  const T* x;
+  int64_t f;
+  __device__ void fetch(int64_t r, int64_t c, uint4 (&raw)[kLoads]) const {
+    raw[0] = *reinterpret_cast<const uint4*>(x + r * 2 * f + c);
+    raw[1] = *reinterpret_cast<const uint4*>(x + r * 2 * f + f + c);
+  }
+  __device__ void values(const uint4 (&raw)[kLoads], int64_t, float (&out)[kVec<T>]) const {
+    const T* gate = reinterpret_cast<const T*>(&raw[0]);
+    const T* up = reinterpret_cast<const T*>(&raw[1]);
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) out[k] = rounded_to<T>(swiglu_value(to_f32(gate[k]), to_f32(up[k])));
+  }
+};
+
+// SwiGLU's input gradient [rows, 2F] = [dgate | dup] from dy [rows, F] and x [rows, 2F]: a paired source.
+// One read of dy, gate and up at column j gives both dgate[j] and dup[j], columns j and F + j of the output,
+// so a block's tile holds 64 columns of each half (load_tile_pairs) instead of 128 adjacent ones.
+template <class T>
+struct SwigluGradSource {
+  static constexpr int kLoads = 3;
+  static constexpr bool kPaired = true;
+  const T* dy;
+  const T* x;
+  int64_t f;
+  __device__ void fetch(int64_t r, int64_t j, uint4 (&raw)[kLoads]) const {
+    raw[0] = *reinterpret_cast<const uint4*>(dy + r * f + j);
+    raw[1] = *reinterpret_cast<const uint4*>(x + r * 2 * f + j);
+    raw[2] = *reinterpret_cast<const uint4*>(x + r * 2 * f + f + j);
+  }
+  __device__ void values(const uint4 (&raw)[kLoads], float (&dgate)[kVec<T>], float (&dup)[kVec<T>]) const {
+    const T* g = reinterpret_cast<const T*>(&raw[0]);
+    const T* gate = reinterpret_cast<const T*>(&raw[1]);
+    const T* up = reinterpret_cast<const T*>(&raw[2]);
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) {
+      const float gk = to_f32(g[k]), xk = to_f32(gate[k]);
+      dgate[k] = rounded_to<T>(swiglu_grad_gate(gk, xk, to_f32(up[k])));
+      dup[k] = rounded_to<T>(swiglu_grad_up(gk, xk));
+    }
+  }
+};
+
+// The codes of V consecutive values (V = 4 or 8), packed 4 to a word, first element in the low byte.
+template <__nv_fp8_interpretation_t F, int V>
+__device__ __forceinline__ void quantise_vec(const float (&v)[V], float scale, uint32_t (&codes)[V / 4],
+                                             int32_t& key) {
 #pragma unroll
   for (int w = 0; w < V / 4; ++w) {
     float f[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      f[k] = to_f32(e[4 * w + k]);
+      f[k] = v[4 * w + k];
       key = max(key, amax_key(f[k]));
     }
     const float2 p01 = make_float2(__fmul_rn(f[0], scale), __fmul_rn(f[1], scale));
@@ -90,34 +170,89 @@ __device__ __forceinline__ void store_codes(uint8_t* p, const uint32_t (&codes)[
   }
 }
 
-// Vector path of the tile load: the block reads kTile rows of kTile / V vectors. Loads are issued in
-// batches of kBatch per thread before any is used, to keep enough bytes in flight.
-template <class T, __nv_fp8_interpretation_t F>
-__device__ int32_t load_tile_vec(const CastArgs& a, uint32_t (*tile)[kTileWords], int64_t r0, int64_t c0, float scale) {
+// One batch of a thread's loads, issued before any is used: the vectors at column c of tile rows tr_first,
+// tr_first + kRowsPerPass, ... (rows r0 + tr); zeros outside the tensor (values computed, codes never stored).
+template <int kRowsPerPass, int kBatch, class Source>
+__device__ __forceinline__ void fetch_batch(const Source& src, uint4 (&raw)[kBatch][Source::kLoads], int64_t c,
+                                            int64_t r0, int tr_first, int64_t rows, bool col_in) {
+#pragma unroll
+  for (int p = 0; p < kBatch; ++p) {
+    const int64_t r = r0 + tr_first + p * kRowsPerPass;
+    if (col_in && r < rows) {
+      src.fetch(r, c, raw[p]);
+    } else {
+#pragma unroll
+      for (int l = 0; l < Source::kLoads; ++l) raw[p][l] = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// Vector path of the tile load: the block reads kTile rows of kTile / V vectors from `src`. Loads are issued
+// in batches (8 loads per thread) before any is used, to keep enough bytes in flight.
+template <class T, __nv_fp8_interpretation_t F, class Source>
+__device__ int32_t load_tile_vec(const CastArgs& a, const Source& src, uint32_t (*tile)[kTileWords], int64_t r0,
+                                 int64_t c0, float scale) {
   constexpr int V = kVec<T>, kVecsPerRow = kTile / V, kRowsPerPass = kThreads / kVecsPerRow;
-  constexpr int kPasses = kTile / kRowsPerPass, kBatch = 8;
+  constexpr int kPasses = kTile / kRowsPerPass, kBatch = 8 / Source::kLoads > 1 ? 8 / Source::kLoads : 1;
+  static_assert(kPasses % kBatch == 0, "whole batches of passes");
   const int v = threadIdx.x % kVecsPerRow, tr0 = threadIdx.x / kVecsPerRow;
   const int64_t c = c0 + int64_t(v) * V;
   const bool col_in = c < a.cols;  // cols % V == 0: a vector is wholly inside or outside
-  const T* in = static_cast<const T*>(a.in);
   int32_t key = 0;
 #pragma unroll
   for (int p0 = 0; p0 < kPasses; p0 += kBatch) {
-    uint4 raw[kBatch];
-#pragma unroll
-    for (int p = 0; p < kBatch; ++p) {
-      const int64_t r = r0 + tr0 + (p0 + p) * kRowsPerPass;
-      raw[p] = col_in && r < a.rows ? *reinterpret_cast<const uint4*>(in + r * a.cols + c) : make_uint4(0, 0, 0, 0);
-    }
+    uint4 raw[kBatch][Source::kLoads];
+    fetch_batch<kRowsPerPass>(src, raw, c, r0, tr0 + p0 * kRowsPerPass, a.rows, col_in);
 #pragma unroll
     for (int p = 0; p < kBatch; ++p) {
       const int tr = tr0 + (p0 + p) * kRowsPerPass;
+      float values[V];
+      src.values(raw[p], c, values);
       uint32_t codes[V / 4];
-      quantise_vec<F>(*reinterpret_cast<const T(*)[V]>(&raw[p]), scale, codes, key);
+      quantise_vec<F, V>(values, scale, codes, key);
       if (a.out != nullptr && col_in && r0 + tr < a.rows)
         store_codes<V>(a.out + (r0 + tr) * a.cols + c, codes, a.vec_out);
       if constexpr (V == 8) *reinterpret_cast<uint2*>(&tile[tr][swizzle(tr, 2 * v)]) = make_uint2(codes[0], codes[1]);
       else tile[tr][swizzle(tr, v)] = codes[0];
+    }
+  }
+  return key;
+}
+
+// The tile load of a paired source: tile columns [0, 64) are output columns j0 + t of the first half, [64, 128)
+// columns F + j0 + t of the second; each thread reads one vector at column j of the source and writes its two
+// vectors of codes. Loads are batched as in load_tile_vec.
+template <class T, __nv_fp8_interpretation_t F, class Source>
+__device__ int32_t load_tile_pairs(const CastArgs& a, const Source& src, uint32_t (*tile)[kTileWords], int64_t r0,
+                                   int64_t j0, float scale) {
+  constexpr int V = kVec<T>, kHalf = kTile / 2, kVecsPerRow = kHalf / V, kRowsPerPass = kThreads / kVecsPerRow;
+  constexpr int kPasses = kTile / kRowsPerPass, kBatch = 2;
+  static_assert(kPasses % kBatch == 0, "whole batches of passes");
+  const int v = threadIdx.x % kVecsPerRow, tr0 = threadIdx.x / kVecsPerRow;
+  const int64_t j = j0 + int64_t(v) * V;
+  const bool col_in = j < a.pair_f;  // F % V == 0: a vector is wholly inside or outside
+  int32_t key = 0;
+#pragma unroll
+  for (int p0 = 0; p0 < kPasses; p0 += kBatch) {
+    uint4 raw[kBatch][Source::kLoads];
+    fetch_batch<kRowsPerPass>(src, raw, j, r0, tr0 + p0 * kRowsPerPass, a.rows, col_in);
+#pragma unroll
+    for (int p = 0; p < kBatch; ++p) {
+      const int tr = tr0 + (p0 + p) * kRowsPerPass;
+      const int64_t r = r0 + tr;
+      float first[V], second[V];
+      src.values(raw[p], first, second);
+      uint32_t codes[2][V / 4];
+      quantise_vec<F, V>(first, scale, codes[0], key);
+      quantise_vec<F, V>(second, scale, codes[1], key);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (a.out != nullptr && col_in && r < a.rows)
+          store_codes<V>(a.out + r * a.cols + h * a.pair_f + j, codes[h], a.vec_out);
+        const int word = (h * kHalf + v * V) / 4;
+        if constexpr (V == 8) *reinterpret_cast<uint2*>(&tile[tr][swizzle(tr, word)]) = make_uint2(codes[h][0], codes[h][1]);
+        else tile[tr][swizzle(tr, word)] = codes[h][0];
+      }
     }
   }
   return key;
@@ -175,8 +310,15 @@ __device__ void store_transposed(const CastArgs& a, const uint32_t (*tile)[kTile
   if (r >= a.rows) return;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const int64_t c = c0 + cg * 4 + j;
-    if (c >= a.cols) break;
+    const int tc = cg * 4 + j;
+    int64_t c = c0 + tc;  // paired tiles: c0 is j0, and the tile's second half maps to F + j0 + ...
+    if (a.pair_f != 0) {
+      const int64_t jj = c0 + tc % (kTile / 2);
+      if (jj >= a.pair_f) break;
+      c = tc < kTile / 2 ? jj : a.pair_f + jj;
+    } else if (c >= a.cols) {
+      break;
+    }
     uint8_t* dst = a.out_t + c * a.rows + r;
     if (a.vec_out_t && r + 16 <= a.rows) {
       *reinterpret_cast<uint4*>(dst) = make_uint4(col_words[j][0], col_words[j][1], col_words[j][2], col_words[j][3]);
@@ -202,13 +344,16 @@ __device__ void block_max_to(int32_t key, int32_t* target) {
 
 // At most 64 registers, so that 4 blocks (1024 threads, 64 KiB of tiles) share an SM: one block waits on
 // its loads while others convert and store.
-template <class T, __nv_fp8_interpretation_t F, bool kVecIn>
-__global__ void __launch_bounds__(kThreads, 4) cast_transpose_kernel(CastArgs a) {
+// kVecIn false: the element path, plain sources only.
+template <class T, __nv_fp8_interpretation_t F, bool kVecIn, class Source>
+__global__ void __launch_bounds__(kThreads, 4) cast_transpose_kernel(CastArgs a, Source src) {
   __shared__ alignas(16) uint32_t tile[kTile][kTileWords];  // fp8 codes, words placed by swizzle()
-  const int64_t r0 = int64_t(blockIdx.x / a.col_tiles) * kTile, c0 = int64_t(blockIdx.x % a.col_tiles) * kTile;
+  const int64_t r0 = int64_t(blockIdx.x / a.col_tiles) * kTile;
+  const int64_t c0 = int64_t(blockIdx.x % a.col_tiles) * (Source::kPaired ? kTile / 2 : kTile);
   const float scale = *a.scale;
   int32_t key;
-  if constexpr (kVecIn) key = load_tile_vec<T, F>(a, tile, r0, c0, scale);
+  if constexpr (Source::kPaired) key = load_tile_pairs<T, F>(a, src, tile, r0, c0, scale);
+  else if constexpr (kVecIn) key = load_tile_vec<T, F>(a, src, tile, r0, c0, scale);
   else key = load_tile_scalar<T, F>(a, tile, r0, c0, scale);
   if (a.out_t != nullptr) {
     __syncthreads();
@@ -219,17 +364,29 @@ __global__ void __launch_bounds__(kThreads, 4) cast_transpose_kernel(CastArgs a)
 
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+dim3 cast_grid(const CastArgs& a, const Tensor& in) {
+  const int64_t row_tiles = (a.rows + kTile - 1) / kTile;
+  MEGATRON_CHECK(row_tiles * a.col_tiles <= INT_MAX, "fp8 cast: ", in.describe(), " has too many ", kTile, "x",
+                 kTile, " tiles for one grid");
+  return dim3(unsigned(row_tiles * a.col_tiles));
+}
+
 template <class T, __nv_fp8_interpretation_t F>
 void launch_cast_transpose(Context& ctx, const CastArgs& a, const Tensor& in) {
-  const int64_t row_tiles = (a.rows + kTile - 1) / kTile;
-  MEGATRON_CHECK(row_tiles * a.col_tiles <= INT_MAX, "fp8_cast_transpose: ", in.describe(), " has too many ", kTile,
-                 "x", kTile, " tiles for one grid");
-  const dim3 grid(unsigned(row_tiles * a.col_tiles));
+  const dim3 grid = cast_grid(a, in);
+  const PlainSource<T> src{static_cast<const T*>(a.in), a.cols};
   if (aligned(a.in, 16) && a.cols % kVec<T> == 0)
-    cast_transpose_kernel<T, F, true><<<grid, kThreads, 0, ctx.stream()>>>(a);
+    cast_transpose_kernel<T, F, true><<<grid, kThreads, 0, ctx.stream()>>>(a, src);
   else
-    cast_transpose_kernel<T, F, false><<<grid, kThreads, 0, ctx.stream()>>>(a);
+    cast_transpose_kernel<T, F, false><<<grid, kThreads, 0, ctx.stream()>>>(a, src);
   CUDA_CHECK_LAUNCH(str_cat("cast_transpose_kernel (", in.describe(), ")"));
+}
+
+// The vector path with a fused source (the caller has checked its alignment).
+template <class T, __nv_fp8_interpretation_t F, class Source>
+void launch_fused_cast(Context& ctx, const CastArgs& a, const Source& src, const Tensor& in) {
+  cast_transpose_kernel<T, F, true><<<cast_grid(a, in), kThreads, 0, ctx.stream()>>>(a, src);
+  CUDA_CHECK_LAUNCH(str_cat("cast_transpose_kernel with a SwiGLU source (", in.describe(), ")"));
 }
 
 // ---------------------------------------------------------------- scale bookkeeping
@@ -289,29 +446,84 @@ __global__ void __launch_bounds__(kHistCols * kHistLanes)
 
 }  // namespace
 
-void fp8_cast_transpose(Context& ctx, const Tensor& out, const Tensor& out_t, const Tensor& amax, const Tensor& in,
-                        const Tensor& scale) {
-  CastArgs a{.in = in.data_ptr(),
+namespace {
+
+// The launch arguments of a cast into `out` / `out_t` (either undefined: not wanted) of a [rows, cols] source
+// whose elements are `element_bytes` wide; `in` is the plain cast's input (null for fused sources).
+CastArgs cast_args(const Tensor& out, const Tensor& out_t, const Tensor& amax, const void* in, int64_t rows,
+                   int64_t cols, size_t element_bytes, const Tensor& scale) {
+  CastArgs a{.in = in,
              .out = static_cast<uint8_t*>(out.defined() ? out.data_ptr() : nullptr),
              .out_t = static_cast<uint8_t*>(out_t.defined() ? out_t.data_ptr() : nullptr),
              .amax = static_cast<int32_t*>(amax.defined() ? amax.data_ptr() : nullptr),
              .scale = scale.data<float>(),
-             .rows = in.dim(0),
-             .cols = in.dim(1),
-             .col_tiles = (in.dim(1) + kTile - 1) / kTile};
-  a.vec_out = a.out != nullptr && aligned(a.out, size_t(dtype_size(in.dtype()) == 4 ? 4 : 8));
+             .rows = rows,
+             .cols = cols,
+             .col_tiles = (cols + kTile - 1) / kTile};
+  a.vec_out = a.out != nullptr && aligned(a.out, element_bytes == 4 ? 4 : 8);
   a.vec_out_t = a.out_t != nullptr && aligned(a.out_t, 16) && a.rows % 16 == 0;
-  const bool e4m3 = (out.defined() ? out.dtype() : out_t.dtype()) == DType::F8E4M3;
-  auto launch = [&]<class T>() {
-    if (e4m3) launch_cast_transpose<T, __NV_E4M3>(ctx, a, in);
-    else launch_cast_transpose<T, __NV_E5M2>(ctx, a, in);
+  return a;
+}
+
+bool e4m3_output(const Tensor& out, const Tensor& out_t) {
+  return (out.defined() ? out.dtype() : out_t.dtype()) == DType::F8E4M3;
+}
+
+// Runs body.template operator()<T, F>() for x's dtype and the outputs' fp8 format.
+template <class Body>
+void dispatch_cast(const Tensor& x, const Tensor& out, const Tensor& out_t, const char* op, Body&& body) {
+  const bool e4m3 = e4m3_output(out, out_t);
+  auto with = [&]<class T>() {
+    if (e4m3) body.template operator()<T, __NV_E4M3>();
+    else body.template operator()<T, __NV_E5M2>();
   };
-  switch (in.dtype()) {
-    case DType::F32: return launch.template operator()<float>();
-    case DType::BF16: return launch.template operator()<bf16_t>();
-    case DType::F16: return launch.template operator()<fp16_t>();
-    default: MEGATRON_FAIL("fp8_cast_transpose: ", in.describe(), " is not an F32, BF16 or F16 input on CUDA");
+  switch (x.dtype()) {
+    case DType::F32: return with.template operator()<float>();
+    case DType::BF16: return with.template operator()<bf16_t>();
+    case DType::F16: return with.template operator()<fp16_t>();
+    default: MEGATRON_FAIL(op, ": ", x.describe(), " is not an F32, BF16 or F16 input on CUDA");
   }
+}
+
+// Whether every input pointer is 16-byte aligned and F a whole number of 16-byte vectors: the fused sources'
+// vector loads.
+bool fused_vectors_fit(std::initializer_list<const Tensor*> inputs, int64_t f) {
+  for (const Tensor* t : inputs)
+    if (!aligned(t->data_ptr(), 16)) return false;
+  return f % int64_t(16 / dtype_size(inputs.begin()[0]->dtype())) == 0;
+}
+
+}  // namespace
+
+void fp8_cast_transpose(Context& ctx, const Tensor& out, const Tensor& out_t, const Tensor& amax, const Tensor& in,
+                        const Tensor& scale) {
+  const CastArgs a = cast_args(out, out_t, amax, in.data_ptr(), in.dim(0), in.dim(1), dtype_size(in.dtype()), scale);
+  dispatch_cast(in, out, out_t, "fp8_cast_transpose",
+                [&]<class T, __nv_fp8_interpretation_t F>() { launch_cast_transpose<T, F>(ctx, a, in); });
+}
+
+bool fp8_swiglu_cast_transpose(Context& ctx, const Tensor& out, const Tensor& out_t, const Tensor& amax,
+                               const Tensor& x, const Tensor& scale) {
+  const int64_t rows = x.dim(0), f = x.dim(1) / 2;
+  if (!fused_vectors_fit({&x}, f)) return false;
+  const CastArgs a = cast_args(out, out_t, amax, nullptr, rows, f, dtype_size(x.dtype()), scale);
+  dispatch_cast(x, out, out_t, "fp8_swiglu_cast_transpose", [&]<class T, __nv_fp8_interpretation_t F>() {
+    launch_fused_cast<T, F>(ctx, a, SwigluSource<T>{x.data<T>(), f}, x);
+  });
+  return true;
+}
+
+bool fp8_swiglu_grad_cast_transpose(Context& ctx, const Tensor& out, const Tensor& out_t, const Tensor& amax,
+                                    const Tensor& dy, const Tensor& x, const Tensor& scale) {
+  const int64_t rows = x.dim(0), f = x.dim(1) / 2;
+  if (!fused_vectors_fit({&x, &dy}, f)) return false;
+  CastArgs a = cast_args(out, out_t, amax, nullptr, rows, 2 * f, dtype_size(x.dtype()), scale);
+  a.pair_f = f;
+  a.col_tiles = (f + kTile / 2 - 1) / (kTile / 2);
+  dispatch_cast(x, out, out_t, "fp8_swiglu_grad_cast_transpose", [&]<class T, __nv_fp8_interpretation_t F>() {
+    launch_fused_cast<T, F>(ctx, a, SwigluGradSource<T>{dy.data<T>(), x.data<T>(), f}, x);
+  });
+  return true;
 }
 
 void fp8_scale_from_amax(Context& ctx, const Tensor& scale, const Tensor& scale_inv, const Tensor& amax,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "megatron/ops/activation/activation.h"
 #include "megatron/ops/dispatch.h"
 #include "megatron/ops/fp8/cpu.h"
 #include "megatron/tensor/op_checks.h"
@@ -46,10 +47,10 @@ float checked_pow2_margin(OpCheck& check, float fp8_max, int margin) {
   return std::ldexp(1.0f, margin);
 }
 
+// The cast's outputs for a [rows, cols] source.
 void check_cast_outputs(OpCheck& check, Context& ctx, const Tensor& out, const Tensor& out_t, const Tensor& amax,
-                        const Tensor& in) {
+                        int64_t rows, int64_t cols) {
   check.that(out.defined() || out_t.defined(), "at least one of out and out_t must be given (both are undefined)");
-  const int64_t rows = in.dim(0), cols = in.dim(1);
   if (out.defined())
     check.device(ctx, {{"out", out}}).dtype_in("out", out, {F8E4M3, F8E5M2}).shape("out", out, Shape{rows, cols});
   if (out_t.defined())
@@ -69,12 +70,61 @@ void fp8_cast_transpose(Context& ctx, const Tensor& out, const Tensor& out_t, co
   if (ctx.is_cuda()) check.dtype_in("in", in, {F32, BF16, F16});
   else check.dtype_in("in", in, {F64, F32, BF16, F16});
   check.dtype("scale", scale, F32).shape("scale", scale, Shape{1});
-  check_cast_outputs(check, ctx, out, out_t, amax, in);
+  check_cast_outputs(check, ctx, out, out_t, amax, in.dim(0), in.dim(1));
   check_no_overlap(check, {{"out", out}, {"out_t", out_t}, {"amax", amax}},
                    {{"out", out}, {"out_t", out_t}, {"amax", amax}, {"in", in}, {"scale", scale}});
   if (in.numel() == 0) return;
   MEGATRON_DISPATCH(ctx, cuda::fp8_cast_transpose(ctx, out, out_t, amax, in, scale),
                     cpu::fp8_cast_transpose(out, out_t, amax, in, scale));
+}
+
+namespace {
+
+// x [rows, 2F] of a SwiGLU cast, with `scale`; returns F.
+int64_t check_swiglu_input(OpCheck& check, Context& ctx, const Tensor& x, const Tensor& scale) {
+  check.device(ctx, {{"x", x}, {"scale", scale}}).rank("x", x, 2);
+  if (ctx.is_cuda()) check.dtype_in("x", x, {F32, BF16, F16});
+  else check.dtype_in("x", x, {F64, F32, BF16, F16});
+  check.dtype("scale", scale, F32).shape("scale", scale, Shape{1});
+  check.that(x.dim(1) % 2 == 0, "x ", x.describe(),
+             " must be [rows, 2F] (SwiGLU's [gate | up]): its last dimension is odd");
+  return x.dim(1) / 2;
+}
+
+}  // namespace
+
+void fp8_swiglu_cast_transpose(Context& ctx, const Tensor& out, const Tensor& out_t, const Tensor& amax,
+                               const Tensor& x, const Tensor& scale) {
+  OpCheck check("fp8_swiglu_cast_transpose");
+  const int64_t f = check_swiglu_input(check, ctx, x, scale);
+  check_cast_outputs(check, ctx, out, out_t, amax, x.dim(0), f);
+  check_no_overlap(check, {{"out", out}, {"out_t", out_t}, {"amax", amax}},
+                   {{"out", out}, {"out_t", out_t}, {"amax", amax}, {"x", x}, {"scale", scale}});
+  if (x.numel() == 0) return;
+#if MEGATRON_WITH_CUDA
+  if (ctx.is_cuda() && cuda::fp8_swiglu_cast_transpose(ctx, out, out_t, amax, x, scale)) return;
+#endif
+  Tensor y = ctx.empty({x.dim(0), f}, x.dtype());
+  swiglu_forward(ctx, y, x);
+  fp8_cast_transpose(ctx, out, out_t, amax, y, scale);
+}
+
+void fp8_swiglu_grad_cast_transpose(Context& ctx, const Tensor& out, const Tensor& out_t, const Tensor& amax,
+                                    const Tensor& dy, const Tensor& x, const Tensor& scale) {
+  OpCheck check("fp8_swiglu_grad_cast_transpose");
+  const int64_t f = check_swiglu_input(check, ctx, x, scale);
+  check.device(ctx, {{"dy", dy}}).same_dtype({{"x", x}, {"dy", dy}});
+  check.shape("dy", dy, Shape{x.dim(0), f});
+  check_cast_outputs(check, ctx, out, out_t, amax, x.dim(0), x.dim(1));
+  check_no_overlap(check, {{"out", out}, {"out_t", out_t}, {"amax", amax}},
+                   {{"out", out}, {"out_t", out_t}, {"amax", amax}, {"dy", dy}, {"x", x}, {"scale", scale}});
+  if (x.numel() == 0) return;
+#if MEGATRON_WITH_CUDA
+  if (ctx.is_cuda() && cuda::fp8_swiglu_grad_cast_transpose(ctx, out, out_t, amax, dy, x, scale)) return;
+#endif
+  Tensor dx = ctx.empty(x.shape(), x.dtype());
+  swiglu_backward(ctx, dx, dy, x);
+  fp8_cast_transpose(ctx, out, out_t, amax, dx, scale);
 }
 
 void fp8_scale_from_amax(Context& ctx, const Tensor& scale, const Tensor& scale_inv, const Tensor& amax,

@@ -22,6 +22,18 @@
 //   does (|in| enters amax as fp32). CPU and CUDA give bit-identical results. cuBLASLt's fp8 GEMMs take both
 //   operands K-major, so the backward GEMMs need the transposes of x and dy: one read of `in` writes both.
 //
+// fp8_swiglu_cast_transpose(ctx, out, out_t, amax, x, scale)
+//   x [rows, 2F] (activation.h's SwiGLU layout); out [rows, F], out_t [F, rows], amax and scale as above:
+//   exactly swiglu_forward(y, x) then fp8_cast_transpose(out, out_t, amax, y, scale), without storing y.
+//   On CUDA one kernel computes each value from x, rounds it to x's dtype (the value y would hold) and casts
+//   it; where its vector loads do not fit (unaligned views, F not a multiple of 16 bytes of elements) and on
+//   the CPU, the two ops run one after the other. The saving is y's write and read: an FP8 linear after
+//   SwiGLU (fc2) reads its input through this.
+// fp8_swiglu_grad_cast_transpose(ctx, out, out_t, amax, dy, x, scale)
+//   dy [rows, F], x [rows, 2F] of one dtype; out [rows, 2F], out_t [2F, rows]: exactly
+//   swiglu_backward(dx, dy, x) then fp8_cast_transpose(out, out_t, amax, dx, scale), without storing dx (the
+//   output gradient entering fc1 when fc1 is an FP8 linear).
+//
 // fp8_scale_from_amax(ctx, scale, scale_inv, amax, fp8_max, margin, keep_on_invalid)
 //   amax, scale, scale_inv F32 [n] (scale/scale_inv updated in place):
 //   s = (fp8_max / amax[i]) / 2^margin, two fp32 divisions;
@@ -47,6 +59,11 @@ namespace megatron::ops {
 
 void fp8_cast_transpose(Context& ctx, const Tensor& out, const Tensor& out_t, const Tensor& amax, const Tensor& in,
                         const Tensor& scale);
+
+void fp8_swiglu_cast_transpose(Context& ctx, const Tensor& out, const Tensor& out_t, const Tensor& amax,
+                               const Tensor& x, const Tensor& scale);
+void fp8_swiglu_grad_cast_transpose(Context& ctx, const Tensor& out, const Tensor& out_t, const Tensor& amax,
+                                    const Tensor& dy, const Tensor& x, const Tensor& scale);
 
 void fp8_scale_from_amax(Context& ctx, const Tensor& scale, const Tensor& scale_inv, const Tensor& amax,
                          float fp8_max, int margin, bool keep_on_invalid);
