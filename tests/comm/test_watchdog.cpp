@@ -201,4 +201,13 @@ TEST(WatchdogGpu, UnmatchedNcclReceiveEndsTheJobWithAReport) {
   }
 }
 
+// A copy-engine exchange (parallel/peer_exchange.h) waits on the GPU, outside NCCL: its waits join the group's
+// watchdog, so a push that never comes ends the job with a report naming the rank and the push.
+TEST(WatchdogGpu, MissingCopyEnginePushEndsTheJobWithAReport) {
+  if (!megatron::cuda_backend_compiled() || megatron::cuda_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  JobResult r = run_job(2, "0.1 nccl peer");
+  expect_watchdog_report(r, 2, 6.0, "peer exchange wait on group 'dp'", "push 1 from rank 0 (copy engines)");
+  EXPECT_NE(r.output.find("did not make the matching push or release"), std::string::npos) << r.output;
+}
+
 }  // namespace

@@ -4,10 +4,12 @@
 // instead receive from rank 0 in a point-to-point batch whose send never comes; with `warm` as well, every
 // rank first exchanges a message with rank 0 (NCCL then has its p2p connections, and the receive hangs on
 // the GPU rather than while connecting on the host). With `die`, rank 0 exits (status 3) instead of
-// sleeping: the others must fail at once with an error naming it, not wait for the timeout.
+// sleeping: the others must fail at once with an error naming it, not wait for the timeout. With `peer` (NCCL
+// groups of GPUs that map each other's memory) every rank makes a copy-engine exchange over the group and the
+// others wait on the GPU for a push rank 0 never makes: the group's watchdog must report that wait.
 // The same binary runs under mpiexec (MPI) and with torchrun's variables set (the socket engine).
 //
-//   mpiexec -n 3 watchdog_helper <timeout-minutes> [nccl] [p2p] [warm] [die]
+//   mpiexec -n 3 watchdog_helper <timeout-minutes> [nccl] [p2p] [warm] [die] [peer]
 //   RANK=r WORLD_SIZE=3 LOCAL_RANK=r MASTER_ADDR=127.0.0.1 MASTER_PORT=p watchdog_helper <timeout-minutes> ...
 #include <chrono>
 #include <cstdio>
@@ -18,6 +20,7 @@
 
 #include "megatron/comm/distributed_runtime.h"
 #include "megatron/ops/elementwise/elementwise.h"
+#include "megatron/parallel/peer_exchange.h"
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
 #endif
@@ -26,7 +29,12 @@ using namespace megatron;
 
 namespace {
 
-int run(const comm::DistributedRuntime& runtime, double minutes, bool nccl, bool p2p, bool warm, bool die) {
+struct Mode {
+  bool nccl = false, p2p = false, warm = false, die = false, peer = false;
+};
+
+int run(const comm::DistributedRuntime& runtime, double minutes, const Mode& mode) {
+  const bool nccl = mode.nccl, p2p = mode.p2p, warm = mode.warm, die = mode.die;
   const auto timeout = comm::timeout_from_minutes(minutes);
   std::shared_ptr<comm::Communicator> world = runtime.world(timeout);
   std::unique_ptr<Context> ctx = Context::cpu();
@@ -59,9 +67,23 @@ int run(const comm::DistributedRuntime& runtime, double minutes, bool nccl, bool
     }
     dp->batch_send_recv(ops, ctx->stream()).wait(nullptr);
   }
+  std::unique_ptr<parallel::PeerExchange> exchange;
+  if (mode.peer) {
+    exchange = parallel::PeerExchange::create(*ctx, *dp, 4096);
+    if (!exchange) {
+      std::fprintf(stderr, "rank %d: these GPUs cannot map each other's memory; no copy-engine exchange\n", me);
+      return 2;
+    }
+  }
   if (me == 0) {
     if (die) std::_Exit(3);  // "crashed"
     std::this_thread::sleep_for(std::chrono::minutes(2));  // "stuck elsewhere": never joins
+    return 0;
+  }
+  if (exchange) {
+    exchange->wait_arrival(ctx->stream(), 0);
+    ctx->synchronize();
+    std::fprintf(stderr, "rank %d: UNEXPECTED: the wait completed without rank 0's push\n", me);
     return 0;
   }
   if (p2p) {
@@ -80,20 +102,22 @@ int run(const comm::DistributedRuntime& runtime, double minutes, bool nccl, bool
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: watchdog_helper <timeout-minutes> [nccl] [p2p] [warm] [die]\n");
+    std::fprintf(stderr, "usage: watchdog_helper <timeout-minutes> [nccl] [p2p] [warm] [die] [peer]\n");
     return 2;
   }
-  bool nccl = false, p2p = false, warm = false, die = false;
+  Mode mode;
   for (int i = 2; i < argc; ++i) {
-    nccl = nccl || std::string(argv[i]) == "nccl";
-    p2p = p2p || std::string(argv[i]) == "p2p";
-    warm = warm || std::string(argv[i]) == "warm";
-    die = die || std::string(argv[i]) == "die";
+    const std::string a = argv[i];
+    mode.nccl = mode.nccl || a == "nccl";
+    mode.p2p = mode.p2p || a == "p2p";
+    mode.warm = mode.warm || a == "warm";
+    mode.die = mode.die || a == "die";
+    mode.peer = mode.peer || a == "peer";
   }
   std::unique_ptr<comm::DistributedRuntime> runtime;
   try {
     runtime = comm::start_distributed_runtime();
-    return run(*runtime, std::atof(argv[1]), nccl, p2p, warm, die);
+    return run(*runtime, std::atof(argv[1]), mode);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: error: %s\n", runtime ? runtime->world_rank() : -1, e.what());
     return 1;

@@ -89,6 +89,9 @@ std::string timeout_report(const std::string& group, std::chrono::milliseconds t
   const char* cause = op == "batch_send_recv"
                           ? ". A peer named here did not post the matching send or receive (it skipped it, is stuck "
                             "elsewhere, or died)"
+                      : op.starts_with("peer exchange")
+                          ? ". The rank named here did not make the matching push or release of the copy-engine "
+                            "exchange (it skipped it, is stuck elsewhere, or died)"
                           : ". Another rank of the group did not join this collective (it skipped it, is stuck "
                             "elsewhere, or died)";
   return str_cat("[megatron watchdog] world rank ", world_rank, ": ", op, " on ", group, " with ", sizes,

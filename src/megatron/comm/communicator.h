@@ -160,6 +160,11 @@ class Communicator {
   virtual void all_reduce_host(std::span<double> values, ReduceOp op) = 0;
   // Blocks the host until every operation issued so far has completed.
   virtual void synchronize() = 0;
+  // Puts the work queued on `stream` so far under this group's watchdog, like its own operations: past
+  // timeout() the job ends with the usual report naming `op` and `detail`. For waits on the GPU that are not
+  // this communicator's operations but depend on its ranks, such as the copy-engine exchanges' flag waits
+  // (parallel/peer_exchange.h). Backends without a device watchdog (MPI, self, sockets) do nothing.
+  virtual void watch_stream(StreamHandle stream, const std::string& op, const std::string& detail) {}
 
   // Collective over this group: ranks passing the same color form a new group, ordered by key (ties by
   // rank). color < 0: this rank joins no group and gets nullptr. The new group keeps the timeout.

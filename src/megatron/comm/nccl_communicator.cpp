@@ -304,6 +304,11 @@ void NcclCommunicator::begin(StreamHandle caller) {
   CUDA_CHECK(cudaStreamWaitEvent(state_->stream, state_->order_in, 0));
 }
 
+void NcclCommunicator::watch_stream(StreamHandle stream, const std::string& op, const std::string& detail) {
+  CUDA_CHECK(cudaSetDevice(state_->device));
+  state_->watchdog.watch(stream, op.c_str(), detail);
+}
+
 void NcclCommunicator::end(StreamHandle caller, const char* op, const std::string& sizes) {
   state_->watchdog.watch(state_->stream, op, sizes);
   if (caller == nullptr) return;

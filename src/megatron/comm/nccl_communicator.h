@@ -55,6 +55,7 @@ class NcclCommunicator final : public Communicator {
   void barrier() override;
   void all_reduce_host(std::span<double> values, ReduceOp op) override;
   void synchronize() override;
+  void watch_stream(StreamHandle stream, const std::string& op, const std::string& detail) override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
  private:

@@ -55,6 +55,7 @@ std::unique_ptr<PeerExchange> PeerExchange::create(Context& ctx, comm::Communica
   if (!ctx.is_cuda() || group.size() < 2) return nullptr;
   const int n = group.size(), me = group.rank();
   std::unique_ptr<PeerExchange> px(new PeerExchange());
+  px->group_ = &group;
   px->rank_ = me;
   px->size_ = n;
   px->device_ = ctx.device().index;
@@ -132,7 +133,11 @@ void PeerExchange::push(StreamHandle stream, std::span<const Tensor> parts, int 
   MEGATRON_CHECK(bytes <= slot_bytes_, "PeerExchange::push: ", bytes, " bytes exceed the ", slot_bytes_,
                  "-byte slot");
   const uint64_t n = ++pushed_[size_t(dst)], depth = uint64_t(options_.depth);
-  if (n > depth) enqueue_wait_at_least(stream, mapping_->free_word(rank_, dst), n - depth);  // dst read that slot
+  if (n > depth) {  // dst has read that slot
+    enqueue_wait_at_least(stream, mapping_->free_word(rank_, dst), n - depth);
+    group_->watch_stream(stream, "peer exchange push",
+                         str_cat("rank ", dst, "'s release of push ", n - depth, " (copy engines)"));
+  }
   std::byte* to = mapping_->slot(dst, rank_, n, slot_bytes_);
   for (const Tensor& part : parts) {
     CUDA_CHECK(cudaMemcpyAsync(to, part.data_ptr(), part.nbytes(), cudaMemcpyDeviceToDevice, stream));
@@ -143,7 +148,9 @@ void PeerExchange::push(StreamHandle stream, std::span<const Tensor> parts, int 
 
 void PeerExchange::wait_arrival(StreamHandle stream, int src) {
   check_peer("wait_arrival", src);
-  enqueue_wait_at_least(stream, mapping_->arrival_word(rank_, src), ++arrived_[size_t(src)]);
+  const uint64_t n = ++arrived_[size_t(src)];
+  enqueue_wait_at_least(stream, mapping_->arrival_word(rank_, src), n);
+  group_->watch_stream(stream, "peer exchange wait", str_cat("push ", n, " from rank ", src, " (copy engines)"));
 }
 
 void PeerExchange::release(StreamHandle stream, int src) {

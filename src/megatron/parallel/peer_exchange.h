@@ -20,8 +20,10 @@
 // The waits are one-thread kernels spinning on a word of this GPU's memory, the raises one-thread kernels
 // storing to the peer's (with system-scope fences around both), so nothing waits on the host. Every rank must
 // make the same calls in the same order for its peers (the layers of a TP group do), exactly like the
-// collectives they replace. CUDA only; create() answers null where it cannot work (a CPU context, ranks that
-// cannot map each other's memory), and the caller keeps NCCL.
+// collectives they replace. Each wait joins the group's watchdog (Communicator::watch_stream): a peer that
+// never pushes or releases ends the job after --distributed-timeout-minutes with a report naming it and the
+// push, instead of a silent hang. CUDA only; create() answers null where it cannot work (a CPU context, ranks
+// that cannot map each other's memory), and the caller keeps NCCL. The group must outlive the exchange.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +67,7 @@ class PeerExchange {
   PeerExchange() = default;
   struct Mapping;  // the IPC mappings of the peers' buffers (CUDA builds)
   std::unique_ptr<Mapping> mapping_;
+  comm::Communicator* group_ = nullptr;    // whose watchdog follows the waits
   int rank_ = 0, size_ = 1, device_ = 0;  // device_: the CUDA device the slots live on
   int64_t slot_bytes_ = 0;
   PeerExchangeOptions options_;
