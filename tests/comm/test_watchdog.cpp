@@ -201,6 +201,22 @@ TEST(WatchdogGpu, UnmatchedNcclReceiveEndsTheJobWithAReport) {
   }
 }
 
+// A wait queued on the GPU outside NCCL and put under the watchdog (Communicator::watch_stream) is reported
+// like a collective: one rank on one GPU.
+TEST(WatchdogGpu, StreamWaitOutsideNcclEndsTheJobWithAReport) {
+  if (!megatron::cuda_backend_compiled() || megatron::cuda_device_count() < 1) GTEST_SKIP() << "needs a GPU";
+  JobResult r = run_job(1, "0.1 nccl stream");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "the job had to be killed by `timeout`: the watchdog did not end it\n" << r.output;
+  EXPECT_EQ(r.output.find("UNEXPECTED"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[megatron watchdog] world rank 0: peer exchange wait on group 'dp'"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("push 1 from rank 0 (copy engines) has waited"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did not make the matching push or release"), std::string::npos) << r.output;
+  EXPECT_GE(r.seconds, 6.0) << r.output;
+  EXPECT_LT(r.seconds, 6.0 + 30) << r.output;
+}
+
 // A copy-engine exchange (parallel/peer_exchange.h) waits on the GPU, outside NCCL: its waits join the group's
 // watchdog, so a push that never comes ends the job with a report naming the rank and the push.
 TEST(WatchdogGpu, MissingCopyEnginePushEndsTheJobWithAReport) {

@@ -6,10 +6,12 @@
 // the GPU rather than while connecting on the host). With `die`, rank 0 exits (status 3) instead of
 // sleeping: the others must fail at once with an error naming it, not wait for the timeout. With `peer` (NCCL
 // groups of GPUs that map each other's memory) every rank makes a copy-engine exchange over the group and the
-// others wait on the GPU for a push rank 0 never makes: the group's watchdog must report that wait.
+// others wait on the GPU for a push rank 0 never makes: the group's watchdog must report that wait. With
+// `stream` (NCCL, any number of ranks, one GPU is enough) every rank queues a flag wait that nothing raises and
+// puts it under the watchdog (Communicator::watch_stream): the same report, without a second GPU.
 // The same binary runs under mpiexec (MPI) and with torchrun's variables set (the socket engine).
 //
-//   mpiexec -n 3 watchdog_helper <timeout-minutes> [nccl] [p2p] [warm] [die] [peer]
+//   mpiexec -n 3 watchdog_helper <timeout-minutes> [nccl] [p2p] [warm] [die] [peer] [stream]
 //   RANK=r WORLD_SIZE=3 LOCAL_RANK=r MASTER_ADDR=127.0.0.1 MASTER_PORT=p watchdog_helper <timeout-minutes> ...
 #include <chrono>
 #include <cstdio>
@@ -23,6 +25,7 @@
 #include "megatron/parallel/peer_exchange.h"
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
+#include "megatron/parallel/peer_flags.h"
 #endif
 
 using namespace megatron;
@@ -30,7 +33,7 @@ using namespace megatron;
 namespace {
 
 struct Mode {
-  bool nccl = false, p2p = false, warm = false, die = false, peer = false;
+  bool nccl = false, p2p = false, warm = false, die = false, peer = false, stream = false;
 };
 
 int run(const comm::DistributedRuntime& runtime, double minutes, const Mode& mode) {
@@ -67,6 +70,18 @@ int run(const comm::DistributedRuntime& runtime, double minutes, const Mode& mod
     }
     dp->batch_send_recv(ops, ctx->stream()).wait(nullptr);
   }
+#if MEGATRON_WITH_NCCL
+  if (mode.stream && nccl) {  // a flag wait on the GPU that nothing raises, under the watchdog
+    uint64_t* word = nullptr;
+    if (cudaMalloc(&word, sizeof(uint64_t)) != cudaSuccess || cudaMemset(word, 0, sizeof(uint64_t)) != cudaSuccess)
+      return 2;
+    parallel::enqueue_wait_at_least(ctx->stream(), word, 1);
+    dp->watch_stream(ctx->stream(), "peer exchange wait", "push 1 from rank 0 (copy engines)");
+    ctx->synchronize();
+    std::fprintf(stderr, "rank %d: UNEXPECTED: the wait completed\n", me);
+    return 0;
+  }
+#endif
   std::unique_ptr<parallel::PeerExchange> exchange;
   if (mode.peer) {
     exchange = parallel::PeerExchange::create(*ctx, *dp, 4096);
@@ -113,6 +128,7 @@ int main(int argc, char** argv) {
     mode.warm = mode.warm || a == "warm";
     mode.die = mode.die || a == "die";
     mode.peer = mode.peer || a == "peer";
+    mode.stream = mode.stream || a == "stream";
   }
   std::unique_ptr<comm::DistributedRuntime> runtime;
   try {
