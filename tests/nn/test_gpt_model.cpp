@@ -79,6 +79,29 @@ train::ModelArguments config_d() {
   return a;
 }
 
+// E: Qwen3 style: per-head RMSNorm of q and k before partial RoPE (--qk-layernorm), GQA, kv_channels 8.
+train::ModelArguments config_e() {
+  train::ModelArguments a = config_b();
+  a.qk_layernorm = true;
+  a.kv_channels = 8;
+  return a;
+}
+// F: --qk-layernorm with multi-head attention and learned positions (the path that would otherwise read q, k,
+// v inside the fused projection and skip the norms), RMSNorm.
+train::ModelArguments config_f() {
+  train::ModelArguments a = tiny_args();
+  a.qk_layernorm = true;
+  a.normalization = "RMSNorm";
+  return a;
+}
+// G: --qk-layernorm with LayerNorm (weights and biases) under RoPE and MQA. (Without RoPE the key norm's bias
+// would add the same vector to every key, which softmax cancels: no gradient.)
+train::ModelArguments config_g() {
+  train::ModelArguments a = config_d();
+  a.qk_layernorm = true;
+  return a;
+}
+
 using Batch = testing::ModelBatch;
 
 // Random tokens/labels in [0, vocab) and a loss mask with some zeros, on the CPU.
@@ -141,6 +164,9 @@ TEST(GptModelGrad, LearnedLayerNormGeluTiedBias) { expect_gradients_match_fd(con
 TEST(GptModelGrad, RopeHalfRmsNormSwigluGqaUntiedNoBias) { expect_gradients_match_fd(config_b()); }
 TEST(GptModelGrad, MqaNoPositionsKvChannels6) { expect_gradients_match_fd(config_c()); }
 TEST(GptModelGrad, MqaRopeSwigluUntied) { expect_gradients_match_fd(config_d()); }
+TEST(GptModelGrad, QkLayernormRmsRopeGqa) { expect_gradients_match_fd(config_e()); }
+TEST(GptModelGrad, QkLayernormRmsLearnedMha) { expect_gradients_match_fd(config_f()); }
+TEST(GptModelGrad, QkLayernormLayerNormRopeMqa) { expect_gradients_match_fd(config_g()); }
 
 // --apply-layernorm-1p: every norm weight is stored centred on 0 and scales by 1 + w. A fresh model's norm weights
 // are 0; a model whose norm weights are another's minus 1 (all else equal) computes the same loss and the same
@@ -495,6 +521,12 @@ TEST(GptModelGpu, Bf16MatchesCpuF32Gpt2Style) {
 TEST(GptModelGpu, Bf16MatchesCpuF32LlamaStyle) {
   MEGATRON_REQUIRE_GPU();
   expect_bf16_matches_cpu_f32(testing::cuda_context(), gpu_args(true));
+}
+TEST(GptModelGpu, Bf16MatchesCpuF32Qwen3Style) {  // --qk-layernorm: the split, per-head norms, then RoPE
+  MEGATRON_REQUIRE_GPU();
+  train::ModelArguments args = gpu_args(true);
+  args.qk_layernorm = true;
+  expect_bf16_matches_cpu_f32(testing::cuda_context(), args);
 }
 TEST(GptModelGpu, F16MatchesCpuF32BothStyles) {
   MEGATRON_REQUIRE_GPU();

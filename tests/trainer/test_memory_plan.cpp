@@ -53,6 +53,8 @@ TEST(MemoryPlan, PredictsTheMeasuredPeak) {
       {"llama bf16, selective layernorm + mlp", with(kLlama, {"--bf16", "--recompute-granularity", "selective",
                                                               "--recompute-modules", "layernorm", "mlp"})},
       {"llama fp32 FP8", with(kLlama, {"--fp8-format", "hybrid"})},
+      {"llama bf16, q/k norms (Qwen3)", with(kLlama, {"--bf16", "--qk-layernorm"})},
+      {"gpt fp32, q/k norms, multi-head without RoPE", {"--max-position-embeddings", "128", "--qk-layernorm"}},
       {"llama bf16, offload 0.5", with(kLlama, {"--bf16", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "0.5"})},
       {"llama bf16, FSDP optim_grads_params", with(kLlama, {"--bf16", "--use-megatron-fsdp"})},
       {"gpt fp32, FSDP optim_grads", {"--max-position-embeddings", "128", "--use-megatron-fsdp",

@@ -143,7 +143,10 @@ TEST(TensorParallelTraining, SameLossesNormsAndParametersAsOneRank) {
       {"TP=2 x DP=2 SP, replicated optimizer", 2, {"--sequence-parallel", "--overlap-grad-reduce"}},
       {"TP=4 SP", 4, {"--sequence-parallel"}},
   };
-  for (const Arch& arch : {Arch{"gpt", kGpt}, Arch{"llama", kLlama}}) {
+  // Qwen3's per-head q/k norms: each TP rank normalises its own heads, so their gradients are partial sums.
+  std::vector<std::string> qwen3 = kLlama;
+  qwen3.push_back("--qk-layernorm");
+  for (const Arch& arch : {Arch{"gpt", kGpt}, Arch{"llama", kLlama}, Arch{"qwen3", qwen3}}) {
     for (int tp : {2, 4}) {
       // The TP=1 reference pads the vocabulary as TP=tp does (Megatron pads to 128 x TP by default; 8 x TP here).
       std::vector<std::string> pad = {"--make-vocab-size-divisible-by", std::to_string(8 * tp)};

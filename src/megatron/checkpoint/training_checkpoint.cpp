@@ -50,6 +50,7 @@ const char* const kArchitectureKeys[] = {
     "ffn_hidden_size", "kv_channels", "position_embedding_type", "rotary_percent",
     "rotary_base",    "swiglu",       "normalization",       "norm_epsilon",
     "untie_embeddings_and_output_weights", "disable_bias_linear", "add_qkv_bias", "apply_layernorm_1p",
+    "qk_layernorm",
 };
 
 }  // namespace
@@ -80,7 +81,8 @@ std::vector<std::string> architecture_differences(const nlohmann::json& saved_ar
     }
     if (!saved_args.contains(key)) {
       // Checkpoints from before these flags had neither.
-      if ((key == "add_qkv_bias" || key == "apply_layernorm_1p") && value == "False") continue;
+      if ((key == "add_qkv_bias" || key == "apply_layernorm_1p" || key == "qk_layernorm") && value == "False")
+        continue;
       diffs.push_back(str_cat(flag, ": not in the checkpoint, this run ", value));
       continue;
     }

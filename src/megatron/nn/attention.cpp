@@ -7,6 +7,7 @@
 #include "megatron/ops/attention/cached_attention.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/ops/qkv/qkv.h"
+#include "megatron/ops/rope/rope.h"
 #include "megatron/parallel/cp_packed_attention.h"
 
 namespace megatron::nn {
@@ -51,11 +52,54 @@ SelfAttention::SelfAttention(Context& ctx, const std::string& name, const Transf
                                     config.params_dtype, tp);
   linear_proj = RowParallelLinear(ctx, name + ".linear_proj", P * n_ * d_, config.hidden(), config.bias(),
                                   config.params_dtype, tp);
+  if (config.qk_layernorm) {
+    q_layernorm = Norm(ctx, name + ".q_layernorm", config, tp, {.per_head = true, .width = d_});
+    k_layernorm = Norm(ctx, name + ".k_layernorm", config, tp, {.per_head = true, .width = d_});
+  }
 }
 
 void SelfAttention::init(Context& ctx, const TransformerConfig& config) {
   linear_qkv.init(ctx, config.seed, config.init_method_std);
   linear_proj.init(ctx, config.seed, config.output_layer_init_std());
+  if (q_layernorm.defined()) {
+    q_layernorm.init(ctx);
+    k_layernorm.init(ctx);
+  }
+}
+
+void SelfAttention::split_heads(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                                const std::optional<ops::RopeOptions>& rope, NormSaved* q_norm,
+                                NormSaved* k_norm) const {
+  if (!q_layernorm.defined()) {
+    ops::split_qkv_forward(ctx, q, k, v, qkv, rope);
+    return;
+  }
+  Tensor q_raw = ctx.empty(q.shape(), q.dtype()), k_raw = ctx.empty(k.shape(), k.dtype());
+  ops::split_qkv_forward(ctx, q_raw, k_raw, v, qkv, std::nullopt);
+  NormSaved qs = q_layernorm.forward(ctx, q, q_raw), ks = k_layernorm.forward(ctx, k, k_raw);
+  if (rope) {
+    ops::rope_forward(ctx, q, q, *rope);
+    ops::rope_forward(ctx, k, k, *rope);
+  }
+  if (q_norm != nullptr) *q_norm = std::move(qs);
+  if (k_norm != nullptr) *k_norm = std::move(ks);
+}
+
+void SelfAttention::merge_heads_backward(Context& ctx, const Tensor& dqkv, const Tensor& dq, const Tensor& dk,
+                                         const Tensor& dv, const std::optional<ops::RopeOptions>& rope,
+                                         NormSaved&& q_norm, NormSaved&& k_norm) {
+  if (!q_layernorm.defined()) {
+    ops::merge_qkv_backward(ctx, dqkv, dq, dk, dv, rope);
+    return;
+  }
+  if (rope) {
+    ops::rope_backward(ctx, dq, dq, *rope);
+    ops::rope_backward(ctx, dk, dk, *rope);
+  }
+  Tensor dq_raw = ctx.empty(dq.shape(), dq.dtype()), dk_raw = ctx.empty(dk.shape(), dk.dtype());
+  q_layernorm.backward(ctx, std::move(q_norm), dq_raw, dq);
+  k_layernorm.backward(ctx, std::move(k_norm), dk_raw, dk);
+  ops::merge_qkv_backward(ctx, dqkv, dq_raw, dk_raw, dv, std::nullopt);
 }
 
 std::optional<ops::RopeOptions> SelfAttention::rope(int64_t position_offset, const Tensor& positions) const {
@@ -90,7 +134,7 @@ void SelfAttention::forward_cached(Context& ctx, const Tensor& out, const Tensor
                  " of ", b, " sequences with ", g_, " query groups of ", d_);
   const DType dt = qkv.dtype();
   Tensor q = ctx.empty({b, s, n_, d_}, dt), k = ctx.empty({b, s, g_, d_}, dt), v = ctx.empty({b, s, g_, d_}, dt);
-  ops::split_qkv_forward(ctx, q, k, v, qkv, rope(position));
+  split_heads(ctx, q, k, v, qkv, rope(position), nullptr, nullptr);
   for (int64_t i = 0; i < b; ++i) {
     ops::copy(ctx, cache.k.select(i).slice(position, position + s), k.select(i));
     ops::copy(ctx, cache.v.select(i).slice(position, position + s), v.select(i));
@@ -172,8 +216,9 @@ AttentionSaved SelfAttention::forward(Context& ctx, const Tensor& out, const Ten
     saved.v = ctx.empty({b, s, g_, d_}, dt);
     saved.positions = positions;
     const bool per_token = positions.rank() == 2;
-    ops::split_qkv_forward(ctx, one_row(saved.q, per_token), one_row(saved.k, per_token), one_row(saved.v, per_token),
-                           one_row(qkv, per_token), rope(0, per_token ? positions.view({b * s}) : positions));
+    split_heads(ctx, one_row(saved.q, per_token), one_row(saved.k, per_token), one_row(saved.v, per_token),
+                one_row(qkv, per_token), rope(0, per_token ? positions.view({b * s}) : positions), &saved.q_norm,
+                &saved.k_norm);
     core_forward(ctx, saved);
   }
   saved.proj_input = linear_proj.forward(ctx, out, saved.out.view({b, s, n_ * d_}));
@@ -198,8 +243,9 @@ void SelfAttention::backward(Context& ctx, AttentionSaved&& saved, const Tensor&
     core_backward(ctx, a, dq, dk, dv, dattn);
     // Rotate dq and dk back and pack the three into the fused layout (the split's transpose).
     const bool per_token = a.positions.rank() == 2;
-    ops::merge_qkv_backward(ctx, one_row(dqkv, per_token), one_row(dq, per_token), one_row(dk, per_token),
-                            one_row(dv, per_token), rope(0, per_token ? a.positions.view({b * s}) : a.positions));
+    merge_heads_backward(ctx, one_row(dqkv, per_token), one_row(dq, per_token), one_row(dk, per_token),
+                         one_row(dv, per_token), rope(0, per_token ? a.positions.view({b * s}) : a.positions),
+                         std::move(a.q_norm), std::move(a.k_norm));
   }
   a = AttentionSaved{.qkv_input = std::move(a.qkv_input)};  // the attention's tensors are no longer needed
   linear_qkv.backward(ctx, std::move(a.qkv_input), dx, dqkv);
@@ -208,6 +254,10 @@ void SelfAttention::backward(Context& ctx, AttentionSaved&& saved, const Tensor&
 void SelfAttention::collect_parameters(ParameterList& out) {
   linear_qkv.collect_parameters(out);
   linear_proj.collect_parameters(out);
+  if (q_layernorm.defined()) {
+    q_layernorm.collect_parameters(out);
+    k_layernorm.collect_parameters(out);
+  }
 }
 
 }  // namespace megatron::nn

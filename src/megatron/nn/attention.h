@@ -33,6 +33,10 @@
 //   config.attention_dropout_by_index.
 // RoPE (position_embedding_type rope) rotates q and k: rotary_percent, rotary_base, positions 0..s-1 (or
 //   `positions`, a device I64 [s], under context parallelism).
+// --qk-layernorm (config.qk_layernorm): q_layernorm and k_layernorm (nn/norm.h, per head: weights [d], every
+//   head's d channels one row) normalise the split q and k before RoPE; the split and RoPE then run as two
+//   passes around the norms, and the norms' inputs are saved for their backward. Their gradients are partial
+//   over TP (each rank normalises its own heads) and summed there by finalize_model_grads, as Megatron does.
 // Context parallelism (a ContextParallel of size CP > 1): x holds this rank's tokens of each sequence (the
 //   load-balanced split of parallel/context_parallel.h), `positions` their positions; q, k, v are split as
 //   usual and the attention core runs across the CP group with the layer's communication type
@@ -48,6 +52,7 @@
 #include <string>
 
 #include "megatron/nn/column_parallel_linear.h"
+#include "megatron/nn/norm.h"
 #include "megatron/nn/transformer_config.h"
 #include "megatron/nn/row_parallel_linear.h"
 #include "megatron/ops/rope/rope.h"
@@ -59,6 +64,7 @@ struct AttentionSaved {
   LinearSaved qkv_input;      // linear_qkv's input (this rank's token rows under SP)
   Tensor qkv;                 // the packed path: the fused projection, which attention reads in place
   Tensor q, k, v;             // the split path: [b, s, n, d], [b, s, g, d] x 2 (q and k after RoPE)
+  NormSaved q_norm, k_norm;   // --qk-layernorm: the per-head norms' inputs and statistics
   Tensor out, stats;          // attention output [b, s, n, d] and its log-sum-exp [b, n, s, 1] (F32)
   ops::AttentionOptions options;  // the core's, dropout addressing included (the backward's must be the same)
   LinearSaved proj_input;     // linear_proj's input (a view of `out`)
@@ -93,13 +99,23 @@ class SelfAttention {
 
   ColumnParallelLinear linear_qkv;  // [g * (n/g + 2) * d / TP, h]
   RowParallelLinear linear_proj;    // [h, n * d / TP]
+  Norm q_layernorm, k_layernorm;    // --qk-layernorm only: weights [d] (and biases for LayerNorm)
 
  private:
   // None without RoPE.
   std::optional<ops::RopeOptions> rope(int64_t position_offset = 0, const Tensor& positions = Tensor()) const;
   // The generation path of forward(): new tokens' keys and values into the cache, attention over it.
   void forward_cached(Context& ctx, const Tensor& out, const Tensor& qkv, KvCache& cache, int64_t position) const;
-  bool packed() const { return g_ == n_ && !rope_ && !cp_.enabled(); }
+  bool packed() const { return g_ == n_ && !rope_ && !cp_.enabled() && !q_layernorm.defined(); }
+  // The fused projection split into q, k, v (views of [b, s, heads, d]; one_row's under per-token positions):
+  // with RoPE in the same pass, or with --qk-layernorm as split, per-head norms, then RoPE in place, the norms'
+  // saved state into q_norm / k_norm when given (training).
+  void split_heads(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                   const std::optional<ops::RopeOptions>& rope, NormSaved* q_norm, NormSaved* k_norm) const;
+  // split_heads' transpose: dq and dk (gradients after RoPE) rotated back, through the norms' backward, and the
+  // three packed into dqkv. dq and dk are overwritten.
+  void merge_heads_backward(Context& ctx, const Tensor& dqkv, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                            const std::optional<ops::RopeOptions>& rope, NormSaved&& q_norm, NormSaved&& k_norm);
   // The attention core on split q, k, v (saved's): causal over whole rows, packed documents, or across CP.
   void core_forward(Context& ctx, AttentionSaved& saved) const;
   void core_backward(Context& ctx, AttentionSaved& a, const Tensor& dq, const Tensor& dk, const Tensor& dv,

@@ -6,18 +6,21 @@
 
 namespace megatron::nn {
 
-Norm::Norm(Context& ctx, const std::string& name, const TransformerConfig& config, const parallel::TensorParallel& tp)
+Norm::Norm(Context& ctx, const std::string& name, const TransformerConfig& config, const parallel::TensorParallel& tp,
+           NormShape shape)
     : tp_(tp),
       zero_centered_(config.norm_zero_centered_gamma),
       kind_(config.normalization),
       eps_(float(config.norm_epsilon)),
       stats_dtype_(config.stats_dtype()) {
-  // Replicated over TP; under sequence parallelism each rank's gradient covers its token rows only.
+  // Replicated over TP; under sequence parallelism each rank's gradient covers its token rows only, and a
+  // per-head norm's covers this rank's heads only.
   const Placement replicated{.tp = {.dim = -1, .blocks = 1, .rank = tp.rank(), .size = tp.size()},
-                             .grad_partial_over_tp = tp.sp()};
-  weight = make_parameter(ctx, name + ".weight", {config.hidden()}, config.params_dtype, true, replicated);
+                             .grad_partial_over_tp = shape.per_head ? tp.size() > 1 : tp.sp()};
+  const int64_t width = shape.per_head ? shape.width : config.hidden();
+  weight = make_parameter(ctx, name + ".weight", {width}, config.params_dtype, true, replicated);
   if (kind_ == Normalization::LayerNorm)
-    bias = make_parameter(ctx, name + ".bias", {config.hidden()}, config.params_dtype, true, replicated);
+    bias = make_parameter(ctx, name + ".bias", {width}, config.params_dtype, true, replicated);
 }
 
 void Norm::init(Context& ctx) {

@@ -19,6 +19,10 @@
 // over TP once per iteration (finalize_model_grads, Megatron's all-reduce of
 // sequence-parallel gradients) instead of once per norm and micro-batch; their placement says so
 // (grad_partial_over_tp).
+// Per-head norms (NormShape::per_head, --qk-layernorm's q_layernorm and k_layernorm): the width is the head
+// dimension and every head's channels are one row; each TP rank normalises its own heads, so the gradients
+// are partial over TP whenever TP > 1, summed the same way (Megatron sums q_layernorm/k_layernorm gradients
+// over TP in finalize_model_grads).
 #pragma once
 
 #include <string>
@@ -35,10 +39,18 @@ struct NormSaved {
   Tensor mean, rstd;  // per row; mean only for LayerNorm
 };
 
+// What a norm normalises: rows of the hidden size, or (per_head) rows of `width` channels, one per head.
+struct NormShape {
+  bool per_head = false;
+  int64_t width = 0;  // per_head: the head dimension
+};
+
 class Norm {
  public:
   Norm() = default;
-  Norm(Context& ctx, const std::string& name, const TransformerConfig& config, const parallel::TensorParallel& tp = {});
+  Norm(Context& ctx, const std::string& name, const TransformerConfig& config, const parallel::TensorParallel& tp = {},
+       NormShape shape = {});
+  bool defined() const { return weight.defined(); }
 
   void init(Context& ctx);
   [[nodiscard]] NormSaved forward(Context& ctx, const Tensor& y, const Tensor& x) const;

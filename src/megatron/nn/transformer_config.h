@@ -38,6 +38,9 @@ struct TransformerConfig {
   double rotary_base = 10000.0;
   bool add_bias_linear = true;
   bool add_qkv_bias = false;  // a bias on linear_qkv even without add_bias_linear (Megatron's --add-qkv-bias, Qwen2)
+  // --qk-layernorm: every query and key head normalised over its channels (the --normalization kind, weights of
+  // the head dimension shared by the heads) after the QKV projection and before RoPE (Qwen3, OLMo-2 style).
+  bool qk_layernorm = false;
   bool share_embeddings_and_output_weights = true;
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;

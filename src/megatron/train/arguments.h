@@ -32,6 +32,7 @@ struct ModelArguments {
   bool untie_embeddings_and_output_weights = false;
   bool disable_bias_linear = false;
   bool add_qkv_bias = false;         // biases on linear_qkv even with --disable-bias-linear (Qwen2)
+  bool qk_layernorm = false;         // per-head norms of queries and keys before RoPE (Qwen3)
   bool no_position_embedding = false;  // Megatron's deprecated switch: only with rope, where it changes nothing
   double attention_dropout = 0.1;
   std::string attention_dropout_masks = "device";  // device (cuDNN's generator on GPUs) | by-index

@@ -65,6 +65,8 @@ std::vector<FlagSpec> model_flags() {
       flag("--disable-bias-linear", &A::model, &M::disable_bias_linear, "no biases in linear layers"),
       flag("--add-qkv-bias", &A::model, &M::add_qkv_bias,
            "biases on the query, key and value projections only (Qwen2), also with --disable-bias-linear"),
+      flag("--qk-layernorm", &A::model, &M::qk_layernorm,
+           "normalise every query and key head over its channels (--normalization's kind) before RoPE (Qwen3)"),
       flag("--no-position-embedding", &A::model, &M::no_position_embedding,
            "deprecated by Megatron: accepted with --position-embedding-type rope (where it changes nothing)"),
       flag("--attention-dropout", &A::model, &M::attention_dropout, "dropout on attention probabilities"),

@@ -34,6 +34,7 @@ nn::TransformerConfig transformer_config(ModelArguments args, DType dtype, uint6
   c.rotary_base = m.rotary_base;
   c.add_bias_linear = !m.disable_bias_linear;
   c.add_qkv_bias = m.add_qkv_bias;
+  c.qk_layernorm = m.qk_layernorm;
   c.share_embeddings_and_output_weights = !m.untie_embeddings_and_output_weights;
   c.hidden_dropout = m.hidden_dropout;
   c.attention_dropout = m.attention_dropout;
@@ -132,6 +133,7 @@ ModelArguments model_arguments(const nn::TransformerConfig& c) {
   m.rotary_base = c.rotary_base;
   m.disable_bias_linear = !c.add_bias_linear;
   m.add_qkv_bias = c.add_qkv_bias;
+  m.qk_layernorm = c.qk_layernorm;
   m.untie_embeddings_and_output_weights = !c.share_embeddings_and_output_weights;
   m.hidden_dropout = c.hidden_dropout;
   m.attention_dropout = c.attention_dropout;

@@ -25,6 +25,7 @@ namespace {
 struct Dims {
   double h = 0, n = 0, g = 0, d = 0, F = 0, k = 1, V = 0, e = 2, t = 1, T = 0, region = 0;
   bool bias = false, layernorm = false, packed_qkv = false, cuda = true;
+  bool qk_norm = false;       // --qk-layernorm: per-head norms of q and k
   double position_table = 0;  // learned positions: max_position_embeddings x h
 
   double bytes(double b) const {  // one tensor of b bytes, as the allocator counts it
@@ -53,7 +54,8 @@ Dims dims_of(const train::Arguments& a) {
   x.region = p.sequence_parallel ? x.T / x.t : x.T;
   x.bias = !m.disable_bias_linear;
   x.layernorm = m.normalization != "RMSNorm";
-  x.packed_qkv = x.g == x.n && m.position_embedding_type != "rope";
+  x.qk_norm = m.qk_layernorm;
+  x.packed_qkv = x.g == x.n && m.position_embedding_type != "rope" && !x.qk_norm;
   x.cuda = a.training.device != "cpu";
   if (m.position_embedding_type == "learned_absolute") x.position_table = double(m.max_position_embeddings) * x.h;
   return x;
@@ -101,7 +103,8 @@ struct ParamTensor {
 };
 
 // The parameter tensors of one transformer layer on a TP rank. In the model's order (collect_parameters):
-// input norm, QKV, projection, pre-MLP norm, then fc1 and fc2 (each weight followed by its bias) -- or, in an
+// input norm, QKV, projection (with --qk-layernorm the q and k norms), pre-MLP norm, then fc1 and fc2 (each weight
+// followed by its bias) -- or, in an
 // MoE layer, the router (and its expert bias), the shared experts' fc1 and fc2, the routed experts' stacked
 // fc1 and fc2 (no biases).
 std::vector<ParamTensor> layer_param_tensors(const Dims& x, const MoeDims& moe, bool moe_layer) {
@@ -114,6 +117,7 @@ std::vector<ParamTensor> layer_param_tensors(const Dims& x, const MoeDims& moe, 
   norm();
   linear(x.h * (x.n + 2 * x.g) * x.d / x.t, (x.n + 2 * x.g) * x.d / x.t);
   linear(x.n * x.d / x.t * x.h, x.h);
+  if (x.qk_norm) p.insert(p.end(), 2 * (x.layernorm ? 2 : 1), {x.d});
   norm();
   if (!moe_layer) {
     linear(x.h * x.k * x.F / x.t, x.k * x.F / x.t);
@@ -146,6 +150,11 @@ double attention_saved(const Dims& x, bool fp8, bool recompute_norms) {
   b += fp8 ? x.tensor(x.T, x.h, 1) : (recompute_norms ? 0 : hidden);     // QKV's input (FP8: its whole transpose)
   if (x.packed_qkv) b += x.tensor(x.T, 3 * x.n * x.d / x.t, x.e);         // the packed projection
   else b += x.tensor(x.T, x.n * x.d / x.t, x.e) + 2 * x.tensor(x.T, x.g * x.d / x.t, x.e);  // q, k, v
+  if (x.qk_norm) {  // the q and k norms' inputs and statistics
+    const double stats = x.layernorm ? 2 : 1;
+    b += x.tensor(x.T, x.n * x.d / x.t, x.e) + x.tensor(x.T, x.g * x.d / x.t, x.e);
+    b += stats * (x.tensor(x.T * x.n / x.t, 1, 4) + x.tensor(x.T * x.g / x.t, 1, 4));
+  }
   b += x.tensor(x.T, x.n * x.d / x.t, x.e) + x.tensor(x.T, x.n / x.t, 4);  // attention output and log-sum-exp
   if (fp8) b += x.tensor(x.T, x.n * x.d / x.t, 1);                       // the projection's FP8 input
   return b;
