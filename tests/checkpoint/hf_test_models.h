@@ -1,6 +1,7 @@
 // Tiny Hugging Face models made in the tests (no Python): configs of each family and random HF-named tensors
 // as transformers' save_pretrained would hold them (Llama GQA, Mistral, Qwen2 with q/k/v biases, GPT-2 with
-// Conv1D weights, Mixtral with 4 experts).
+// Conv1D weights, Mixtral with 4 experts, Qwen3 with q/k norms and a head_dim of its own, Qwen3-MoE with a dense
+// layer).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,30 @@ inline json mixtral_config(int kv_heads) {
   return c;
 }
 
+// Qwen3: q_norm/k_norm, head_dim 12 (not hidden / heads = 8).
+inline json qwen3_config(int kv_heads) {
+  json c = llama_config("qwen3", false, kv_heads);
+  c["head_dim"] = 12;
+  c["attention_bias"] = false;
+  c["use_sliding_window"] = false;
+  return c;
+}
+
+// Qwen3-MoE: 4 experts of width 16 (moe_intermediate_size), top 2, not renormalised; layer 1 dense (width 48).
+inline json qwen3_moe_config(int kv_heads) {
+  json c = qwen3_config(kv_heads);
+  c["model_type"] = "qwen3_moe";
+  c["num_local_experts"] = 4;
+  c["num_experts"] = 4;
+  c["num_experts_per_tok"] = 2;
+  c["moe_intermediate_size"] = 16;
+  c["norm_topk_prob"] = false;
+  c["decoder_sparse_step"] = 1;
+  c["mlp_only_layers"] = json::array({1});
+  c["router_aux_loss_coef"] = 0.01;
+  return c;
+}
+
 inline json gpt2_config() {
   return {{"model_type", "gpt2"}, {"n_embd", 32},      {"n_layer", 2},           {"n_head", 4},
           {"n_positions", 40},    {"vocab_size", 90},  {"layer_norm_epsilon", 1e-5}, {"activation_function", "gelu_new"},
@@ -76,9 +101,11 @@ inline TensorMap hf_tensors(const json& c, DType dtype) {
     add("transformer.ln_f.bias", {h});
     return t;
   }
-  const int64_t h = c["hidden_size"], n = c["num_attention_heads"], g = c["num_key_value_heads"], d = h / n;
+  const int64_t h = c["hidden_size"], n = c["num_attention_heads"], g = c["num_key_value_heads"];
+  const int64_t d = c.contains("head_dim") ? c["head_dim"].get<int64_t>() : h / n;
   const int64_t F = c["intermediate_size"], V = c["vocab_size"];
   const bool qkv_bias = c["model_type"] == "qwen2";
+  const bool qk_norm = c["model_type"] == "qwen3" || c["model_type"] == "qwen3_moe";
   add("model.embed_tokens.weight", {V, h});
   for (int i = 0; i < int(c["num_hidden_layers"]); ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -92,6 +119,22 @@ inline TensorMap hf_tensors(const json& c, DType dtype) {
       add(p + "self_attn.q_proj.bias", {n * d});
       add(p + "self_attn.k_proj.bias", {g * d});
       add(p + "self_attn.v_proj.bias", {g * d});
+    }
+    if (qk_norm) {
+      add(p + "self_attn.q_norm.weight", {d});
+      add(p + "self_attn.k_norm.weight", {d});
+    }
+    const json dense = c.value("mlp_only_layers", json::array());
+    if (c["model_type"] == "qwen3_moe" && std::find(dense.begin(), dense.end(), i) == dense.end()) {
+      const int64_t E = c["num_local_experts"], Fe = c["moe_intermediate_size"];
+      add(p + "mlp.gate.weight", {E, h});
+      for (int e = 0; e < E; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        add(x + "gate_proj.weight", {Fe, h});
+        add(x + "up_proj.weight", {Fe, h});
+        add(x + "down_proj.weight", {h, Fe});
+      }
+      continue;
     }
     if (c["model_type"] == "mixtral") {
       const std::string moe = p + "block_sparse_moe.";

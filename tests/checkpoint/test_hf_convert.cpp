@@ -1,9 +1,10 @@
 // Hugging Face conversion without Python: HF-named tensors made here (Llama with GQA and untied output,
-// Mistral, Qwen2 with q/k/v biases and tied embeddings, GPT-2 with Conv1D weights, Mixtral with 4 experts),
-// imported into a megatron.cpp checkpoint and exported back, give byte-identical tensors; the fused QKV rows,
-// fc1 = [gate; up] and the stacked experts follow Megatron's layout; transformers 5's fused expert layout
-// reads to the same tensors; unsupported configurations (Qwen2-MoE, Qwen3-MoE among them) and stray tensors
-// are refused by name; a converted Mixtral loads as a model with MoE layers and runs a forward.
+// Mistral, Qwen2 with q/k/v biases and tied embeddings, GPT-2 with Conv1D weights, Mixtral with 4 experts, Qwen3
+// with q/k norms, Qwen3-MoE with a dense layer), imported into a megatron.cpp checkpoint and exported back, give
+// byte-identical tensors; the fused QKV rows, fc1 = [gate; up] and the stacked experts follow Megatron's
+// layout; transformers 5's fused expert layout reads to the same tensors; Qwen3-MoE's sparse-step, dense-layer
+// and router options map to Megatron's; unsupported configurations (Qwen2-MoE among them) and stray tensors are
+// refused by name; a converted Mixtral loads as a model with MoE layers and runs a forward.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,7 +85,9 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTripCase{"mistral_mqa_f32", llama_config("mistral", false, 1), DType::F32},
                       RoundTripCase{"qwen2_tied_qkv_bias", llama_config("qwen2", true, 2), DType::BF16},
                       RoundTripCase{"gpt2", gpt2_config(), DType::F32},
-                      RoundTripCase{"mixtral_gqa_bf16", mixtral_config(2), DType::BF16}),
+                      RoundTripCase{"mixtral_gqa_bf16", mixtral_config(2), DType::BF16},
+                      RoundTripCase{"qwen3_head_dim_bf16", qwen3_config(2), DType::BF16},
+                      RoundTripCase{"qwen3_moe_dense_layer_bf16", qwen3_moe_config(2), DType::BF16}),
     [](const auto& info) { return info.param.name; });
 
 // Element [row, 0] of a tensor whose rows were tagged with their source.
@@ -491,12 +494,70 @@ TEST(HfMixtral, RefusesWhatMixtralOrWeCannotExpress) {
   testing::expect_error([&] { hf_config_from_model(HfFamily::Mixtral, dense, DType::F32); }, {"no MoE layers"});
 }
 
+TEST(HfQwen3, ConfigMapsToQkLayernormAndMoeArgumentsAndBack) {
+  train::Arguments a = arguments_from_hf(qwen3_config(2));
+  EXPECT_TRUE(a.model.qk_layernorm);
+  EXPECT_EQ(a.model.kv_channels, 12);
+  EXPECT_EQ(a.moe.num_experts, 0);
+
+  json c = qwen3_moe_config(2);
+  a = arguments_from_hf(c);
+  EXPECT_TRUE(a.model.qk_layernorm);
+  EXPECT_EQ(a.moe.num_experts, 4);
+  EXPECT_EQ(a.moe.moe_router_topk, 2);
+  EXPECT_EQ(a.moe.moe_ffn_hidden_size, 16);
+  EXPECT_EQ(a.model.ffn_hidden_size, 48);  // the dense layer's
+  EXPECT_TRUE(a.moe.moe_router_pre_softmax) << "norm_topk_prob false: the top-k of the softmax, not renormalised";
+  EXPECT_EQ(a.moe.moe_layer_freq, "[1,0]");
+  EXPECT_EQ(a.moe.moe_aux_loss_coeff, std::vector<double>{0.01});
+  const json back = hf_config_from_model(HfFamily::Qwen3Moe, a, DType::BF16);
+  EXPECT_EQ(back["architectures"], json::array({"Qwen3MoeForCausalLM"}));
+  EXPECT_EQ(back["mlp_only_layers"], json::array({1}));
+  EXPECT_EQ(back["norm_topk_prob"], false);
+  EXPECT_EQ(back["head_dim"], 12);
+
+  // Every second layer sparse, 1-based (layers 1, 3 of 4), renormalised; transformers 4's num_experts.
+  c["num_hidden_layers"] = 4;
+  c["decoder_sparse_step"] = 2;
+  c["mlp_only_layers"] = json::array({3});
+  c["norm_topk_prob"] = true;
+  c.erase("num_local_experts");
+  a = arguments_from_hf(c);
+  EXPECT_EQ(a.moe.moe_layer_freq, "[0,1,0,0]");
+  EXPECT_FALSE(a.moe.moe_router_pre_softmax);
+  EXPECT_EQ(a.moe.num_experts, 4);
+  EXPECT_EQ(hf_config_from_model(HfFamily::Qwen3Moe, a, DType::F32)["mlp_only_layers"], json::array({0, 2, 3}));
+  c["mlp_only_layers"] = json::array({7});
+  testing::expect_error([&] { arguments_from_hf(c); }, {"mlp_only_layers", "7", "not a layer of 0..3"});
+}
+
+TEST(HfQwen3, QkNormsMapToTheAttentionsLayernormsAndOnlyToQwen3) {
+  const json c = qwen3_config(2);
+  const train::Arguments a = arguments_from_hf(c);
+  const TensorMap hf = hf_tensors(c, DType::F32);
+  const TensorMap ours = hf_to_megatron(HfFamily::Qwen3, a, 128, hf);
+  for (const char* which : {"q", "k"}) {
+    const HostTensor& got = ours.at(str_cat("decoder.layers.1.self_attention.", which, "_layernorm.weight"));
+    EXPECT_EQ(got.shape, (std::vector<int64_t>{12}));
+    EXPECT_TRUE(got.bytes == hf.at(str_cat("model.layers.1.self_attn.", which, "_norm.weight")).bytes) << which;
+  }
+  // A model with q/k norms has no Llama, Mixtral or Qwen2 form; one without them no Qwen3 form.
+  testing::expect_error([&] { hf_config_from_model(HfFamily::Llama, a, DType::F32); },
+                        {"--qk-layernorm", "export it as qwen3 or qwen3_moe"});
+  const train::Arguments plain = arguments_from_hf(llama_config("llama", false, 2));
+  testing::expect_error([&] { hf_config_from_model(HfFamily::Qwen3, plain, DType::F32); },
+                        {"no --qk-layernorm", "qwen3 needs"});
+  testing::expect_error([&] { megatron_to_hf(HfFamily::Llama, a, ours); }, {"llama has no q/k norms"});
+  // Qwen3-MoE cannot hold a shared expert or dropped tokens.
+  train::Arguments moe = arguments_from_hf(qwen3_moe_config(2));
+  moe.moe.moe_shared_expert_intermediate_size = 32;
+  testing::expect_error([&] { hf_config_from_model(HfFamily::Qwen3Moe, moe, DType::F32); },
+                        {"not Qwen3-MoE shaped", "--moe-shared-expert-intermediate-size"});
+}
+
 TEST(HfMixtral, QwenMoeFamiliesAreRefusedNamingWhatIsMissing) {
   json c = llama_config("qwen2_moe", false, 2);
   testing::expect_error([&] { arguments_from_hf(c); }, {"'qwen2_moe'", "shared_expert_gate"});
-  c["model_type"] = "qwen3_moe";
-  testing::expect_error([&] { arguments_from_hf(c); }, {"'qwen3_moe'", "q_norm/k_norm"});
-  testing::expect_error([&] { parse_hf_family("qwen3_moe"); }, {"q_norm/k_norm"});  // --hf-model-type on export
   fs::path dir = testing::make_temp_dir("hf_qwen2_moe");
   c["model_type"] = "qwen2_moe";
   write_hf_dir(dir / "hf", c, {});

@@ -1,6 +1,8 @@
-// Parity with Hugging Face transformers: tiny random Llama (GQA, untied), Qwen2 (q/k/v biases, tied), Mistral,
-// GPT-2 and Mixtral (4 experts, top 2, GQA; saved in the per-expert layout, and as "mixtral_fused" in
-// transformers 5's fused expert layout) models are built locally with transformers (no download) and saved;
+// Parity with Hugging Face transformers: tiny random Llama (GQA, untied), Qwen2 (q/k/v biases, tied), Qwen3 (q/k
+// norms, head_dim 24 != hidden / heads), Mistral, GPT-2, Mixtral (4 experts, top 2, GQA; saved in the per-expert
+// layout, and as "mixtral_fused" in transformers 5's fused expert layout) and Qwen3-MoE (4 experts, top 2; one
+// dense layer and norm_topk_prob false, or "qwen3_moe_norm": every layer sparse, renormalised) models are built
+// locally with transformers (no download) and saved;
 // convert_checkpoint's import gives our model the same logits (CPU fp32: max |diff| < 1e-4; GPU bf16: NMSE
 // against transformers' fp32 logits < 1e-3); our checkpoint exported back loads in transformers with the
 // original logits.
@@ -58,6 +60,18 @@ elif family == "mistral":
     cfg = transformers.MistralConfig(intermediate_size=96, num_key_value_heads=1, rms_norm_eps=1e-5,
                                      tie_word_embeddings=False, sliding_window=None, **common)
     model = transformers.MistralForCausalLM(cfg)
+elif family == "qwen3":
+    cfg = transformers.Qwen3Config(intermediate_size=96, num_key_value_heads=2, head_dim=24, rms_norm_eps=1e-6,
+                                   tie_word_embeddings=False, **common)
+    model = transformers.Qwen3ForCausalLM(cfg)
+elif family in ("qwen3_moe", "qwen3_moe_norm"):
+    norm = family == "qwen3_moe_norm"
+    cfg = transformers.Qwen3MoeConfig(intermediate_size=96, moe_intermediate_size=32, num_key_value_heads=2,
+                                      head_dim=24, num_local_experts=4, num_experts=4, num_experts_per_tok=2,
+                                      norm_topk_prob=norm, mlp_only_layers=[] if norm else [1],
+                                      router_aux_loss_coef=0.01, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                                      **common)
+    model = transformers.Qwen3MoeForCausalLM(cfg)
 elif family in ("mixtral", "mixtral_fused"):
     cfg = transformers.MixtralConfig(intermediate_size=96, num_key_value_heads=2, rms_norm_eps=1e-5,
                                      num_local_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.02,
@@ -133,14 +147,16 @@ void expect_parity(const std::string& family, Context& ctx, DType dtype) {
 class HfParity : public ::testing::TestWithParam<std::string> {};
 TEST_P(HfParity, LogitsMatchTransformersCpuFp32) { expect_parity(GetParam(), testing::cpu_context(), DType::F32); }
 INSTANTIATE_TEST_SUITE_P(Families, HfParity,
-                         ::testing::Values("llama", "gpt2", "qwen2", "mistral", "mixtral", "mixtral_fused"));
+                         ::testing::Values("llama", "gpt2", "qwen2", "qwen3", "mistral", "mixtral", "mixtral_fused",
+                                           "qwen3_moe", "qwen3_moe_norm"));
 
 class HfParityGpu : public ::testing::TestWithParam<std::string> {};
 TEST_P(HfParityGpu, LogitsMatchTransformersBf16) {
   MEGATRON_REQUIRE_GPU();
   expect_parity(GetParam(), testing::cuda_context(), DType::BF16);
 }
-INSTANTIATE_TEST_SUITE_P(Families, HfParityGpu, ::testing::Values("llama", "gpt2", "qwen2", "mistral", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Families, HfParityGpu,
+                         ::testing::Values("llama", "gpt2", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe"));
 
 }  // namespace
 }  // namespace megatron::checkpoint

@@ -63,9 +63,11 @@ ExportSummary export_hf_checkpoint(const fs::path& load_root, const fs::path& hf
   } else if (state.contains("converted_from") && state["converted_from"].contains("model_type")) {
     s.family = parse_hf_family(state["converted_from"]["model_type"].get<std::string>());
   } else {
+    const bool moe = all.moe.num_experts > 0;
     s.family = m.position_embedding_type == "learned_absolute" && m.normalization == "LayerNorm" ? HfFamily::GPT2
-               : all.moe.num_experts > 0                                                          ? HfFamily::Mixtral
-                                                                                                   : HfFamily::Llama;
+               : m.qk_layernorm ? (moe ? HfFamily::Qwen3Moe : HfFamily::Qwen3)
+               : moe            ? HfFamily::Mixtral
+                                : HfFamily::Llama;
   }
   const json base = state.contains("hf_config") ? state["hf_config"] : json::object();
   // The config first: it refuses a model the family cannot express, naming why.

@@ -1,4 +1,5 @@
 // config.json <-> model and MoE arguments for the Hugging Face families (hf_convert.h states the mapping).
+#include <algorithm>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -81,7 +82,7 @@ void gpt2_arguments(const json& c, train::ModelArguments& m, std::vector<std::st
   if (!get_or<bool>(c, "tie_word_embeddings", true)) unsupported.push_back("untied GPT-2 embeddings");
 }
 
-// Llama, Mistral, Qwen2 and Mixtral: the decoder without its MLP's MoE part. Mistral's and Mixtral's
+// Llama, Mistral, Qwen2, Qwen3, Mixtral and Qwen3-MoE: the decoder without its MLP's MoE part. Mistral's and Mixtral's
 // sliding_window is not read (full causal attention: exact for sequences up to the window).
 void llama_style_arguments(HfFamily f, const json& c, train::ModelArguments& m, std::vector<std::string>& unsupported) {
   m.num_layers = required_int(c, "num_hidden_layers");
@@ -115,8 +116,10 @@ void llama_style_arguments(HfFamily f, const json& c, train::ModelArguments& m, 
   const bool attention_bias = get_or<bool>(c, "attention_bias", false), mlp_bias = get_or<bool>(c, "mlp_bias", false);
   m.disable_bias_linear = !(attention_bias || mlp_bias);
   m.add_qkv_bias = f == HfFamily::Qwen2 && m.disable_bias_linear;
-  if (f == HfFamily::Qwen2 && get_or<bool>(c, "use_sliding_window", false))
-    unsupported.push_back("Qwen2 sliding-window attention");
+  const bool qwen = f == HfFamily::Qwen2 || f == HfFamily::Qwen3 || f == HfFamily::Qwen3Moe;
+  if (qwen && get_or<bool>(c, "use_sliding_window", false))
+    unsupported.push_back(str_cat(hf_family_name(f), " sliding-window attention"));
+  m.qk_layernorm = f == HfFamily::Qwen3 || f == HfFamily::Qwen3Moe;  // q_norm, k_norm
 }
 
 // Mixtral's sparse MoE block on every layer (the default --moe-layer-freq 1).
@@ -134,23 +137,64 @@ void mixtral_arguments(const json& c, train::Arguments& a, std::vector<std::stri
     unsupported.push_back("router_jitter_noise " + c["router_jitter_noise"].dump() + " (no router input jitter)");
 }
 
+// Qwen3-MoE's sparse blocks: on layer i (0-based) when (i + 1) % decoder_sparse_step == 0 and i is not in
+// mlp_only_layers; the other layers are dense (intermediate_size).
+std::vector<bool> qwen3_moe_layers(const json& c, int num_layers, std::vector<std::string>& unsupported) {
+  const int step = get_or<int>(c, "decoder_sparse_step", 1);
+  std::vector<bool> moe(size_t(std::max(num_layers, 0)), false);
+  if (step < 1) {
+    unsupported.push_back(str_cat("decoder_sparse_step ", step, " (must be at least 1)"));
+    return moe;
+  }
+  for (int i = 0; i < num_layers; ++i) moe[size_t(i)] = (i + 1) % step == 0;
+  if (c.contains("mlp_only_layers") && !c["mlp_only_layers"].is_null()) {
+    MEGATRON_CHECK(c["mlp_only_layers"].is_array(), "convert: config.json: \"mlp_only_layers\" must be a list of layer "
+                   "numbers, got ", quoted_bytes(c["mlp_only_layers"].dump()));
+    for (const json& l : c["mlp_only_layers"]) {
+      MEGATRON_CHECK(l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < num_layers,
+                     "convert: config.json: \"mlp_only_layers\" holds ", quoted_bytes(l.dump()), ", not a layer of 0..",
+                     num_layers - 1);
+      moe[size_t(l.get<int64_t>())] = false;
+    }
+  }
+  return moe;
+}
+
+// --moe-layer-freq for a per-layer pattern: 1 when every layer is MoE, else Megatron's list form "[1,0,...]".
+std::string moe_layer_freq_of(const std::vector<bool>& moe) {
+  if (std::find(moe.begin(), moe.end(), false) == moe.end()) return "1";
+  std::string s = "[";
+  for (size_t i = 0; i < moe.size(); ++i) s += (i ? "," : "") + std::string(moe[i] ? "1" : "0");
+  return s + "]";
+}
+
+void qwen3_moe_arguments(const json& c, train::Arguments& a, std::vector<std::string>& unsupported) {
+  train::MoeArguments& e = a.moe;
+  e.num_experts = get_or<int>(c, "num_local_experts", get_or<int>(c, "num_experts", 0));
+  e.moe_router_topk = required_int(c, "num_experts_per_tok");
+  e.moe_ffn_hidden_size = required_int(c, "moe_intermediate_size");
+  e.moe_router_pre_softmax = !get_or<bool>(c, "norm_topk_prob", false);  // softmax over all, top-k, as they are
+  const double coef = get_or<double>(c, "router_aux_loss_coef", 0.0);
+  if (coef > 0) e.moe_aux_loss_coeff = {coef};
+  e.moe_layer_freq = moe_layer_freq_of(qwen3_moe_layers(c, a.model.num_layers, unsupported));
+}
+
 }  // namespace
 
 HfFamily parse_hf_family(const std::string& name) {
   if (name == "llama") return HfFamily::Llama;
   if (name == "mistral") return HfFamily::Mistral;
   if (name == "qwen2") return HfFamily::Qwen2;
+  if (name == "qwen3") return HfFamily::Qwen3;
+  if (name == "qwen3_moe") return HfFamily::Qwen3Moe;
   if (name == "gpt2") return HfFamily::GPT2;
   if (name == "mixtral") return HfFamily::Mixtral;
   if (name == "qwen2_moe")
     MEGATRON_FAIL("convert: model type 'qwen2_moe' (Qwen2-MoE) cannot be represented exactly: megatron.cpp has no "
                   "shared_expert_gate (the per-token sigmoid gate, shared_expert_gate.weight [1, h], that scales "
                   "Qwen2-MoE's shared expert output); its shared expert would be added ungated");
-  if (name == "qwen3_moe" || name == "qwen3")
-    MEGATRON_FAIL("convert: model type '", name, "' (", name == "qwen3" ? "Qwen3" : "Qwen3-MoE",
-                  ") cannot be represented exactly: megatron.cpp has no q_norm/k_norm (the per-head RMSNorm of "
-                  "queries and keys before RoPE, self_attn.q_norm.weight and self_attn.k_norm.weight)");
-  MEGATRON_FAIL("convert: model type ", quoted_bytes(name), " is not supported (llama, mistral, qwen2, mixtral, gpt2)");
+  MEGATRON_FAIL("convert: model type ", quoted_bytes(name),
+                " is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, gpt2)");
 }
 
 const char* hf_family_name(HfFamily f) {
@@ -158,8 +202,10 @@ const char* hf_family_name(HfFamily f) {
     case HfFamily::Llama: return "llama";
     case HfFamily::Mistral: return "mistral";
     case HfFamily::Qwen2: return "qwen2";
+    case HfFamily::Qwen3: return "qwen3";
     case HfFamily::GPT2: return "gpt2";
     case HfFamily::Mixtral: return "mixtral";
+    case HfFamily::Qwen3Moe: return "qwen3_moe";
   }
   return "?";
 }
@@ -183,6 +229,7 @@ train::Arguments arguments_from_hf(const json& c) {
   if (f == HfFamily::GPT2) gpt2_arguments(c, m, unsupported);
   else llama_style_arguments(f, c, m, unsupported);
   if (f == HfFamily::Mixtral) mixtral_arguments(c, a, unsupported);
+  if (f == HfFamily::Qwen3Moe) qwen3_moe_arguments(c, a, unsupported);
   MEGATRON_CHECK(unsupported.empty(), "convert: this ", hf_family_name(f),
                  " configuration uses what megatron.cpp does not implement: ", joined(unsupported));
   train::resolve(a);
@@ -222,8 +269,10 @@ const char* architecture_name(HfFamily f) {
     case HfFamily::Llama: return "LlamaForCausalLM";
     case HfFamily::Mistral: return "MistralForCausalLM";
     case HfFamily::Qwen2: return "Qwen2ForCausalLM";
+    case HfFamily::Qwen3: return "Qwen3ForCausalLM";
     case HfFamily::GPT2: return "GPT2LMHeadModel";
     case HfFamily::Mixtral: return "MixtralForCausalLM";
+    case HfFamily::Qwen3Moe: return "Qwen3MoeForCausalLM";
   }
   return "?";
 }
@@ -251,13 +300,17 @@ void llama_style_config(HfFamily f, const train::ModelArguments& m, json& c) {
   }
   c.erase("rope_scaling");
   c["attention_dropout"] = 0.0;
-  if (f == HfFamily::Llama) {
-    c["attention_bias"] = !m.disable_bias_linear || m.add_qkv_bias;  // q/k/v biases need o_proj's too (zero)
-    c["mlp_bias"] = !m.disable_bias_linear;
-  }
+  const bool qk = f == HfFamily::Qwen3 || f == HfFamily::Qwen3Moe;
+  MEGATRON_CHECK(m.qk_layernorm == qk, "convert: this model ",
+                 m.qk_layernorm ? "has --qk-layernorm (per-head q/k norms), which " : "has no --qk-layernorm, which ",
+                 hf_family_name(f), qk ? " needs" : " has no place for",
+                 m.qk_layernorm ? ": export it as qwen3 or qwen3_moe (--hf-model-type)" : "");
+  if (f == HfFamily::Llama || f == HfFamily::Qwen3 || f == HfFamily::Qwen3Moe)  // q/k/v biases need o_proj's (zero)
+    c["attention_bias"] = !m.disable_bias_linear || m.add_qkv_bias;
+  if (f == HfFamily::Llama) c["mlp_bias"] = !m.disable_bias_linear;
   const bool windowed = f == HfFamily::Mistral || f == HfFamily::Mixtral;
   if (windowed && !c.contains("sliding_window")) c["sliding_window"] = nullptr;
-  if (f == HfFamily::Qwen2) c["use_sliding_window"] = false;
+  if (f == HfFamily::Qwen2 || qk) c["use_sliding_window"] = false;
 }
 
 // What keeps a model with experts from being a Mixtral: each option that changes the forward away from
@@ -283,6 +336,36 @@ std::vector<std::string> mixtral_violations(const train::Arguments& a) {
   return v;
 }
 
+// What keeps a model with experts from being a Qwen3-MoE: Mixtral's rules, except that layers may be dense and
+// the router may skip the renormalisation (norm_topk_prob false).
+std::vector<std::string> qwen3_moe_violations(const train::Arguments& a) {
+  std::vector<std::string> v;
+  for (const std::string& s : mixtral_violations(a))
+    if (!s.starts_with("--moe-layer-freq") && !s.starts_with("--moe-router-pre-softmax")) v.push_back(s);
+  return v;
+}
+
+void qwen3_moe_config(const train::Arguments& a, json& c) {
+  const std::vector<std::string> v = qwen3_moe_violations(a);
+  MEGATRON_CHECK(v.empty(), "convert: this model is not Qwen3-MoE shaped (Qwen3-MoE routes by a softmax over all "
+                 "experts, top-k, with no shared expert and no dropped tokens): ", joined(v));
+  const train::MoeArguments& e = a.moe;
+  const std::vector<bool> moe = train::parse_moe_layer_freq(e.moe_layer_freq, a.model.num_layers);
+  c["num_local_experts"] = e.num_experts;
+  c["num_experts"] = e.num_experts;  // transformers 4's name
+  c["num_experts_per_tok"] = e.moe_router_topk;
+  c["moe_intermediate_size"] = e.moe_ffn_hidden_size > 0 ? e.moe_ffn_hidden_size : a.model.ffn_hidden_size;
+  c["norm_topk_prob"] = !e.moe_router_pre_softmax;
+  c["decoder_sparse_step"] = 1;
+  json dense = json::array();
+  for (size_t i = 0; i < moe.size(); ++i)
+    if (!moe[i]) dense.push_back(int(i));
+  c["mlp_only_layers"] = dense;
+  const auto balancing = train::moe_load_balancing(e);
+  c["router_aux_loss_coef"] =
+      balancing.size() == 1 && balancing[0].first == "aux_loss" ? balancing[0].second : 0.0;
+}
+
 void mixtral_config(const train::Arguments& a, json& c) {
   const std::vector<std::string> v = mixtral_violations(a);
   MEGATRON_CHECK(v.empty(), "convert: this model is not Mixtral shaped (Mixtral routes every layer's tokens by a "
@@ -303,9 +386,9 @@ void mixtral_config(const train::Arguments& a, json& c) {
 json hf_config_from_model(HfFamily f, const train::Arguments& a, DType dtype, const json& base) {
   const train::ModelArguments& m = a.model;
   json c = base.is_object() ? base : json::object();
-  if (f != HfFamily::Mixtral)
+  if (f != HfFamily::Mixtral && f != HfFamily::Qwen3Moe)
     MEGATRON_CHECK(a.moe.num_experts <= 0, "convert: this model has MoE layers (--num-experts ", a.moe.num_experts,
-                   ") and ", hf_family_name(f), " has none: export it as mixtral (--hf-model-type mixtral)");
+                   ") and ", hf_family_name(f), " has none: export it as mixtral or qwen3_moe (--hf-model-type)");
   c["vocab_size"] = m.vocab_size;
   c["initializer_range"] = m.init_method_std;
   c["torch_dtype"] = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
@@ -316,6 +399,7 @@ json hf_config_from_model(HfFamily f, const train::Arguments& a, DType dtype, co
   }
   llama_style_config(f, m, c);
   if (f == HfFamily::Mixtral) mixtral_config(a, c);
+  if (f == HfFamily::Qwen3Moe) qwen3_moe_config(a, c);
   return c;
 }
 

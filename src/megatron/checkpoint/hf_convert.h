@@ -1,5 +1,5 @@
-// Hugging Face <-> megatron.cpp weights: Llama 2/3, Mistral, Qwen2, Mixtral and GPT-2 checkpoints (config.json +
-// model.safetensors, or model.safetensors.index.json + shards) to our global tensors, and back.
+// Hugging Face <-> megatron.cpp weights: Llama 2/3, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE and GPT-2 checkpoints
+// (config.json + model.safetensors, or model.safetensors.index.json + shards) to our global tensors, and back.
 //
 // Architecture (config.json -> ModelArguments):
 //   Llama/Mistral/Qwen2: RMSNorm (rms_norm_eps), SwiGLU (hidden_act silu; intermediate_size), RoPE (rope_theta,
@@ -13,7 +13,15 @@
 //     over all experts, top-k, renormalised over the k) is ours without --moe-router-pre-softmax; top-1 needs
 //     pre-softmax here (Megatron's rule), which does not renormalise, so num_experts_per_tok 1 is refused,
 //     as is a training-time router_jitter_noise. Export refuses MoE options Mixtral cannot express.
-//   Qwen2-MoE and Qwen3-MoE are refused, naming what is missing (shared_expert_gate; q_norm/k_norm).
+//   Qwen3: Llama's layout with q_norm/k_norm (per-head RMSNorm of queries and keys before RoPE) ->
+//     --qk-layernorm; attention_bias puts biases on q, k, v and o.
+//   Qwen3-MoE: Qwen3's attention; num_local_experts (transformers 4: num_experts) -> --num-experts,
+//     num_experts_per_tok -> --moe-router-topk, moe_intermediate_size -> --moe-ffn-hidden-size,
+//     intermediate_size -> --ffn-hidden-size (its dense layers); the MoE layers (every decoder_sparse_step-th,
+//     1-based, except mlp_only_layers) -> --moe-layer-freq (a list when not every layer); norm_topk_prob false
+//     (softmax over all experts, top-k, not renormalised) -> --moe-router-pre-softmax, true -> Mixtral's router;
+//     router_aux_loss_coef -> --moe-aux-loss-coeff.
+//   Qwen2-MoE is refused, naming what is missing (shared_expert_gate).
 //   GPT-2: LayerNorm (layer_norm_epsilon), GELU tanh (gelu_new), learned positions (n_positions), tied, biases.
 //   Vocabulary: vocab_size as in HF; our padded rows (make_vocab_size_divisible_by 128) are zero on import and
 //   dropped on export.
@@ -21,6 +29,9 @@
 //   q/k/v_proj [n*d, h], [g*d, h], [g*d, h] -> linear_qkv [g*(n/g+2)*d, h]: per query group j, its n/g query
 //     heads, then key head j, then value head j (the fused layout of nn/attention.h); biases alike.
 //   gate_proj, up_proj -> linear_fc1 = [gate; up]; down_proj -> linear_fc2; o_proj -> linear_proj.
+//   q_norm/k_norm [d] -> self_attention.q_layernorm/k_layernorm.weight.
+//   Qwen3-MoE mlp.gate [E, h] -> mlp.router.weight; mlp.experts.e.gate_proj, up_proj, down_proj as Mixtral's
+//     w1, w3, w2 below (hf_host_tensors.h).
 //   Mixtral block_sparse_moe.gate [E, h] -> mlp.router.weight; experts.e.w1 (gate), w3 (up) [F, h] ->
 //     mlp.experts.linear_fc1.weight[e] = [w1; w3] ([E, 2F, h]); experts.e.w2 [h, F] -> linear_fc2.weight[e]
 //     ([E, h, F]). transformers 5's fused layout (mlp.gate, mlp.experts.gate_up_proj [E, 2F, h] = [gate; up]
@@ -49,8 +60,9 @@
 
 namespace megatron::checkpoint {
 
-enum class HfFamily { Llama, Mistral, Qwen2, GPT2, Mixtral };
-// "llama", "mistral", "qwen2", "gpt2", "mixtral"; others throw (Qwen2-MoE / Qwen3(-MoE) naming what is missing).
+enum class HfFamily { Llama, Mistral, Qwen2, Qwen3, GPT2, Mixtral, Qwen3Moe };
+// "llama", "mistral", "qwen2", "qwen3", "gpt2", "mixtral", "qwen3_moe"; others throw (Qwen2-MoE naming what is
+// missing).
 HfFamily parse_hf_family(const std::string& name);
 const char* hf_family_name(HfFamily f);
 

@@ -42,17 +42,20 @@ class Source {
   std::set<std::string> used_;
 };
 
-// Mixtral's sparse MoE block of layer i (hf_mixtral.cpp): E experts of width F, hidden size h.
+// The sparse MoE block of layer i (hf_experts.cpp): E experts of width F, hidden size h.
 struct ExpertDims {
   int64_t E, F, h;
 };
+// Whose per-expert names: Mixtral's (model.layers.i.block_sparse_moe.gate.weight, .experts.e.w1 (gate), w3 (up),
+// w2 (down)) or Qwen3-MoE's (model.layers.i.mlp.gate.weight, .mlp.experts.e.gate_proj, up_proj, down_proj).
+enum class ExpertFamily { Mixtral, Qwen3Moe };
 // HF layer i's router and experts -> our decoder.layers.i.mlp.router.weight [E, h],
-// mlp.experts.linear_fc1.weight [E, 2F, h] (expert e: [w1_e; w3_e] = [gate; up]) and
-// mlp.experts.linear_fc2.weight [E, h, F] (w2_e). Reads either layout transformers writes: the classic
-// per-expert one (model.layers.i.block_sparse_moe.gate.weight, .experts.e.w1/w2/w3.weight) or the fused one
-// (model.layers.i.mlp.gate.weight, .mlp.experts.gate_up_proj [E, 2F, h], .mlp.experts.down_proj [E, h, F]).
-void mixtral_moe_from_hf(Source& hf, TensorMap& out, int i, const ExpertDims& d);
-// The inverse, always in the classic per-expert layout (what transformers' save_pretrained writes).
-void mixtral_moe_to_hf(Source& ours, TensorMap& out, int i, const ExpertDims& d);
+// mlp.experts.linear_fc1.weight [E, 2F, h] (expert e: [gate_e; up_e]) and mlp.experts.linear_fc2.weight
+// [E, h, F] (down_e). Reads either layout transformers writes: the family's per-expert one, or the fused one of
+// transformers 5 (model.layers.i.mlp.gate.weight, .mlp.experts.gate_up_proj [E, 2F, h], .mlp.experts.down_proj
+// [E, h, F]; the same names for both families).
+void moe_block_from_hf(ExpertFamily f, Source& hf, TensorMap& out, int i, const ExpertDims& d);
+// The inverse, always in the per-expert layout (what transformers' save_pretrained writes).
+void moe_block_to_hf(ExpertFamily f, Source& ours, TensorMap& out, int i, const ExpertDims& d);
 
 }  // namespace megatron::checkpoint::hf

@@ -1,6 +1,9 @@
 // Hugging Face <-> megatron.cpp weight renaming and reshaping (hf_convert.h states the mapping).
+#include <algorithm>
+
 #include "megatron/checkpoint/hf_host_tensors.h"
 #include "megatron/core/error.h"
+#include "megatron/train/moe_arguments.h"
 
 namespace megatron::checkpoint {
 using json = nlohmann::json;
@@ -43,23 +46,36 @@ void split_qkv(const HostTensor& qkv, int64_t n, int64_t g, int64_t d, HostTenso
 }
 
 // The configuration's sizes the mappings use: hidden, heads, query groups, head dim, FFN, vocabulary; with
-// experts (Mixtral: every layer), their count and width.
+// experts (Mixtral: every layer; Qwen3-MoE: the layers --moe-layer-freq names), their count and width.
 struct ModelDims {
   int64_t h, n, g, d, F, V;
   bool bias;      // linear layers have biases
   bool qkv_bias;  // linear_qkv has one (every linear's, or --add-qkv-bias)
-  bool moe;   // every layer's MLP is a Mixtral-style MoE block of `experts`
+  bool qk_norm;   // --qk-layernorm: q_layernorm and k_layernorm (HF's q_norm, k_norm)
+  std::vector<bool> moe_layers;  // per layer: its MLP is an MoE block of `experts`
   ExpertDims experts;
+  bool any_moe() const { return std::find(moe_layers.begin(), moe_layers.end(), true) != moe_layers.end(); }
+  bool all_moe() const { return std::find(moe_layers.begin(), moe_layers.end(), false) == moe_layers.end(); }
 };
 
 ModelDims model_dims(const train::Arguments& a) {
   const train::ModelArguments& m = a.model;
   const train::MoeArguments& e = a.moe;
-  return {m.hidden_size,     m.num_attention_heads, m.num_query_groups, m.kv_channels,
-          m.ffn_hidden_size, m.vocab_size,          !m.disable_bias_linear, !m.disable_bias_linear || m.add_qkv_bias,
-          e.num_experts > 0,
+  return {m.hidden_size,
+          m.num_attention_heads,
+          m.num_query_groups,
+          m.kv_channels,
+          m.ffn_hidden_size,
+          m.vocab_size,
+          !m.disable_bias_linear,
+          !m.disable_bias_linear || m.add_qkv_bias,
+          m.qk_layernorm,
+          e.num_experts > 0 ? train::parse_moe_layer_freq(e.moe_layer_freq, m.num_layers)
+                            : std::vector<bool>(size_t(std::max(m.num_layers, 0)), false),
           {e.num_experts, e.moe_ffn_hidden_size > 0 ? e.moe_ffn_hidden_size : m.ffn_hidden_size, m.hidden_size}};
 }
+
+ExpertFamily expert_family(HfFamily f) { return f == HfFamily::Qwen3Moe ? ExpertFamily::Qwen3Moe : ExpertFamily::Mixtral; }
 
 // GPT-2 block i -> decoder layer i: Conv1D weights are stored [in, out] (transposed here); c_attn holds
 // q, k and v one after the other.
@@ -85,10 +101,11 @@ void gpt2_layer_from_hf(Source& hf, TensorMap& out, int i, const ModelDims& s) {
   out[ours + "mlp.linear_fc2.bias"] = hf.take(p + "mlp.c_proj.bias", {h});
 }
 
-// Llama-style block i (Llama, Mistral, Qwen2, Mixtral) -> decoder layer i: q/k/v fused per query group; the
-// MLP's gate and up stacked into fc1, or Mixtral's MoE block (s.moe). With linear biases (never with
-// experts), those the checkpoint lacks are zeros of dtype `dt`.
-void llama_layer_from_hf(Source& hf, TensorMap& out, int i, const ModelDims& s, DType dt) {
+// Llama-style block i (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE) -> decoder layer i: q/k/v fused per
+// query group (Qwen3's q_norm/k_norm as q_layernorm/k_layernorm); the MLP's gate and up stacked into fc1, or the
+// family's MoE block (s.moe_layers). With linear biases (never with experts), those the checkpoint lacks are
+// zeros of dtype `dt`.
+void llama_layer_from_hf(HfFamily f, Source& hf, TensorMap& out, int i, const ModelDims& s, DType dt) {
   const int64_t h = s.h, n = s.n, g = s.g, d = s.d, F = s.F;
   auto zeros = [&](int64_t rows_) { return make(dt, {rows_}); };
   const std::string ours = "decoder.layers." + std::to_string(i) + ".";
@@ -99,8 +116,12 @@ void llama_layer_from_hf(Source& hf, TensorMap& out, int i, const ModelDims& s, 
       fuse_qkv(hf.take(p + "self_attn.q_proj.weight", {n * d, h}), hf.take(p + "self_attn.k_proj.weight", {g * d, h}),
                hf.take(p + "self_attn.v_proj.weight", {g * d, h}), n, g, d);
   out[ours + "self_attention.linear_proj.weight"] = hf.take(p + "self_attn.o_proj.weight", {h, n * d});
-  if (s.moe) {
-    mixtral_moe_from_hf(hf, out, i, s.experts);
+  if (s.qk_norm) {
+    out[ours + "self_attention.q_layernorm.weight"] = hf.take(p + "self_attn.q_norm.weight", {d});
+    out[ours + "self_attention.k_layernorm.weight"] = hf.take(p + "self_attn.k_norm.weight", {d});
+  }
+  if (s.moe_layers[size_t(i)]) {
+    moe_block_from_hf(expert_family(f), hf, out, i, s.experts);
   } else {
     out[ours + "mlp.linear_fc1.weight"] =
         concat_rows({&hf.take(p + "mlp.gate_proj.weight", {F, h}), &hf.take(p + "mlp.up_proj.weight", {F, h})});
@@ -158,8 +179,8 @@ void gpt2_layer_to_hf(Source& ours, TensorMap& out, int i, const ModelDims& s, c
   out[o + "mlp.c_proj.bias"] = ours.take(p + "mlp.linear_fc2.bias", {h});
 }
 
-// Layer i's linear biases -> the Llama-style family's: Llama has them all (attention_bias and mlp_bias),
-// Qwen2 only q/k/v's, Mistral none; the rest are dropped.
+// Layer i's linear biases -> the Llama-style family's: Llama has them all (attention_bias and mlp_bias), Qwen3
+// the attention's (attention_bias: q, k, v and o), Qwen2 only q/k/v's, Mistral none; the rest are dropped.
 void llama_biases_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const ModelDims& s, const DropTensor& drop) {
   const int64_t h = s.h, n = s.n, g = s.g, d = s.d, F = s.F;
   const std::string p = "decoder.layers." + std::to_string(i) + ".";
@@ -177,6 +198,13 @@ void llama_biases_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const M
     out[o + "mlp.gate_proj.bias"] = slice_rows(fc1_b, 0, F);
     out[o + "mlp.up_proj.bias"] = slice_rows(fc1_b, F, 2 * F);
     out[o + "mlp.down_proj.bias"] = fc2_b;
+  } else if (f == HfFamily::Qwen3) {  // attention_bias
+    out[o + "self_attn.q_proj.bias"] = qb;
+    out[o + "self_attn.k_proj.bias"] = kb;
+    out[o + "self_attn.v_proj.bias"] = vb;
+    out[o + "self_attn.o_proj.bias"] = proj_b;
+    drop(p + "mlp.linear_fc1.bias", fc1_b);
+    drop(p + "mlp.linear_fc2.bias", fc2_b);
   } else if (f == HfFamily::Qwen2) {
     out[o + "self_attn.q_proj.bias"] = qb;
     out[o + "self_attn.k_proj.bias"] = kb;
@@ -192,19 +220,19 @@ void llama_biases_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const M
   }
 }
 
-// Layer i's q/k/v bias alone (--add-qkv-bias) -> Qwen2's q/k/v biases, or Llama's attention_bias (with a zero
-// o_proj bias, which Llama's attention_bias also has); Mistral and Mixtral have none: dropped.
+// Layer i's q/k/v bias alone (--add-qkv-bias) -> Qwen2's q/k/v biases, or Llama's and Qwen3's attention_bias (with
+// a zero o_proj bias, which their attention_bias also has); Mistral and the MoE families have none: dropped.
 void llama_qkv_bias_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const ModelDims& s, const DropTensor& drop) {
   const int64_t n = s.n, g = s.g, d = s.d;
   const std::string p = "decoder.layers." + std::to_string(i) + ".";
   const std::string o = "model.layers." + std::to_string(i) + ".";
   HostTensor qb, kb, vb;
   split_qkv(ours.take(p + "self_attention.linear_qkv.bias", {g * (n / g + 2) * d}), n, g, d, qb, kb, vb);
-  if (f != HfFamily::Qwen2 && f != HfFamily::Llama) {
+  if (f != HfFamily::Qwen2 && f != HfFamily::Llama && f != HfFamily::Qwen3) {
     for (const auto* t : {&qb, &kb, &vb}) drop(p + "self_attention.linear_qkv.bias", *t);
     return;
   }
-  if (f == HfFamily::Llama) out[o + "self_attn.o_proj.bias"] = make(qb.dtype, {s.h});
+  if (f != HfFamily::Qwen2) out[o + "self_attn.o_proj.bias"] = make(qb.dtype, {s.h});
   out[o + "self_attn.q_proj.bias"] = qb;
   out[o + "self_attn.k_proj.bias"] = kb;
   out[o + "self_attn.v_proj.bias"] = vb;
@@ -222,8 +250,12 @@ void llama_layer_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const Mo
   out[o + "self_attn.k_proj.weight"] = k;
   out[o + "self_attn.v_proj.weight"] = v;
   out[o + "self_attn.o_proj.weight"] = ours.take(p + "self_attention.linear_proj.weight", {h, n * d});
-  if (s.moe) {
-    mixtral_moe_to_hf(ours, out, i, s.experts);
+  if (s.qk_norm) {
+    out[o + "self_attn.q_norm.weight"] = ours.take(p + "self_attention.q_layernorm.weight", {d});
+    out[o + "self_attn.k_norm.weight"] = ours.take(p + "self_attention.k_layernorm.weight", {d});
+  }
+  if (s.moe_layers[size_t(i)]) {
+    moe_block_to_hf(expert_family(f), ours, out, i, s.experts);
   } else {
     const HostTensor& fc1 = ours.take(p + "mlp.linear_fc1.weight", {2 * F, h});
     out[o + "mlp.gate_proj.weight"] = slice_rows(fc1, 0, F);
@@ -234,11 +266,16 @@ void llama_layer_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const Mo
   else if (s.qkv_bias) llama_qkv_bias_to_hf(f, ours, out, i, s, drop);
 }
 
-// Experts belong to Mixtral, and Mixtral has them: anything else is a caller's mistake (hf_config_from_model
-// explains it to users).
-void check_experts_fit(HfFamily f, const ModelDims& s) {
-  MEGATRON_CHECK(s.moe == (f == HfFamily::Mixtral), "convert: ", hf_family_name(f),
-                 s.moe ? " has no experts, but this model has MoE layers" : " needs MoE layers (--num-experts)");
+// Experts belong to Mixtral (on every layer) and Qwen3-MoE, q/k norms to Qwen3 and Qwen3-MoE: anything else is a
+// caller's mistake (hf_config_from_model explains it to users).
+void check_layers_fit(HfFamily f, const ModelDims& s) {
+  const bool sparse = f == HfFamily::Mixtral || f == HfFamily::Qwen3Moe;
+  MEGATRON_CHECK(s.any_moe() == sparse, "convert: ", hf_family_name(f),
+                 s.any_moe() ? " has no experts, but this model has MoE layers" : " needs MoE layers (--num-experts)");
+  MEGATRON_CHECK(f != HfFamily::Mixtral || s.all_moe(), "convert: mixtral has an MoE block on every layer");
+  const bool qk = f == HfFamily::Qwen3 || f == HfFamily::Qwen3Moe;
+  MEGATRON_CHECK(s.qk_norm == qk, "convert: ", hf_family_name(f),
+                 qk ? " needs --qk-layernorm (q_norm, k_norm)" : " has no q/k norms, but this model has --qk-layernorm");
 }
 
 // --apply-layernorm-1p stores every norm weight centred on 0 (the norm scales by 1 + w); Hugging Face stores the
@@ -246,7 +283,8 @@ void check_experts_fit(HfFamily f, const ModelDims& s) {
 // Hugging Face's, is_norm_weight tells), in double, in their dtype.
 bool is_norm_weight(const std::string& name) {
   return name.ends_with("layernorm.weight") || name == "model.norm.weight" || name.ends_with(".ln_1.weight") ||
-         name.ends_with(".ln_2.weight") || name == "transformer.ln_f.weight";
+         name.ends_with(".ln_2.weight") || name == "transformer.ln_f.weight" || name.ends_with(".q_norm.weight") ||
+         name.ends_with(".k_norm.weight");
 }
 
 TensorMap shift_norm_weights(TensorMap tensors, double delta) {
@@ -274,14 +312,14 @@ TensorMap hf_to_megatron(HfFamily f, const train::Arguments& a, int64_t padded_v
   Source hf(*hf_ptr, "Hugging Face");
   TensorMap out;
   const ModelDims s = model_dims(a);
-  check_experts_fit(f, s);
+  check_layers_fit(f, s);
   const int64_t h = s.h, V = s.V;
   const std::string word = f == HfFamily::GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
   out["embedding.word_embeddings.weight"] = resize_rows(hf.take(word, {V, h}), padded_vocab);
   const DType dt = out["embedding.word_embeddings.weight"].dtype;
   for (int i = 0; i < m.num_layers; ++i) {
     if (f == HfFamily::GPT2) gpt2_layer_from_hf(hf, out, i, s);
-    else llama_layer_from_hf(hf, out, i, s, dt);
+    else llama_layer_from_hf(f, hf, out, i, s, dt);
   }
   if (f == HfFamily::GPT2) {
     out["embedding.position_embeddings.weight"] =
@@ -311,7 +349,7 @@ TensorMap megatron_to_hf(HfFamily f, const train::Arguments& a, const TensorMap&
   Source ours(ours_in, "megatron.cpp");
   TensorMap out;
   const ModelDims s = model_dims(a);
-  check_experts_fit(f, s);
+  check_layers_fit(f, s);
   const int64_t h = s.h, n = s.n, g = s.g, d = s.d, V = s.V;
   // Padded rows as stored (the padding depends on the TP the checkpoint was made for).
   const auto word_it = ours_in.find("embedding.word_embeddings.weight");
