@@ -200,9 +200,41 @@ std::vector<OpCase> arith_cases() {
                        {}, {{0, 0}}));
     }
   }
+  // scale_rows: a per-row gate (F32, F64 for F64 tensors), also in place. CUDA rounds the fp32 product of a
+  // narrow value and an F32 gate twice, the CPU once: an ulp apart at most.
+  for (DType t : kArith) {
+    for (Shape s : {Shape{1, 1}, Shape{7, 3}, Shape{129, 33}, Shape{3, 5, 17}}) {
+      const DType gate = t == F64 ? F64 : F32;
+      const std::string suffix = str_cat(t, "_", shape_name(s));
+      const Shape rows{s.rows()};
+      cases.push_back(make_case("scale_rows_" + suffix, {{s, t}, {rows, gate}}, {{s, t}},
+                                [](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+                                  ops::scale_rows(ctx, out[0], in[0], in[1]);
+                                },
+                                {t == F32 || t == F64 ? kExact : kSum}));
+      cases.push_back(make_case("scale_rows_in_place_" + suffix, {{s, t}, {rows, gate}}, {{s, t}},
+                                [](Context& ctx, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+                                  ops::scale_rows(ctx, out[0], out[0], in[1]);
+                                },
+                                {t == F32 || t == F64 ? kExact : kSum}, {{0, 0}}));
+    }
+  }
   return cases;
 }
 MEGATRON_OP_CASES(ElementwiseArith, arith_cases);
+
+TEST(ElementwiseScaleRows, EachRowTimesItsGate) {
+  Context& ctx = testing::cpu_context();
+  Tensor in = ctx.empty(Shape{3, 4}, F32), s = ctx.empty(Shape{3}, F32), out = ctx.empty(Shape{3, 4}, F32);
+  for (int i = 0; i < 12; ++i) in.data<float>()[i] = float(i) - 5.5f;
+  const float gates[] = {0.5f, -2.0f, 0.0f};
+  std::copy(gates, gates + 3, s.data<float>());
+  ops::scale_rows(ctx, out, in, s);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(out.data<float>()[i], (float(i) - 5.5f) * gates[i / 4]) << i;
+  testing::expect_error([&] { ops::scale_rows(ctx, out, in, ctx.empty(Shape{4}, F32)); },
+                        {"scale_rows", "argument s", "must have shape [3]"});
+  testing::expect_error([&] { ops::scale_rows(ctx, out, in, ctx.empty(Shape{3}, F64)); }, {"scale_rows", "s"});
+}
 
 std::vector<OpCase> reduction_cases() {
   std::vector<OpCase> cases;

@@ -174,6 +174,20 @@ void add(const Tensor& out, const Tensor& a, const Tensor& b) {
 void mul(const Tensor& out, const Tensor& a, const Tensor& b) {
   binary(out, a, b, "mul", [](double x, double y) { return x * y; });
 }
+void scale_rows(const Tensor& out, const Tensor& in, const Tensor& s) {
+  const int64_t cols = in.shape().cols();
+  visit_same_float(out, "scale_rows", [&]<class T>() {
+    const T* x = static_cast<const T*>(in.data_ptr());
+    T* y = static_cast<T*>(out.data_ptr());
+    auto gate = [&](int64_t r) {
+      return in.dtype() == DType::F64 ? s.data<double>()[r] : double(s.data<float>()[r]);
+    };
+    parallel_for(out.numel(), kStreamBlock, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) y[i] = from_double<T>(to_double(x[i]) * gate(i / cols));
+    });
+  });
+}
+
 void axpby(const Tensor& out, const Tensor& x, const Tensor& y, double alpha, double beta) {
   if (beta == 0.0) {  // scale: y is not read (it may be x itself)
     binary(out, x, x, "scale", [&](double u, double) { return alpha * u; });

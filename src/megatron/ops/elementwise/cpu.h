@@ -13,6 +13,7 @@ void fill_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mean,
 void transpose(const Tensor& out, const Tensor& in, int64_t batch, int64_t m, int64_t n);
 void add(const Tensor& out, const Tensor& a, const Tensor& b);
 void mul(const Tensor& out, const Tensor& a, const Tensor& b);
+void scale_rows(const Tensor& out, const Tensor& in, const Tensor& s);
 void axpby(const Tensor& out, const Tensor& x, const Tensor& y, double alpha, double beta);  // scale: y = x, beta = 0
 void sum_rows(const Tensor& out, const Tensor& in, int64_t rows, int64_t cols);
 void sum_columns(const Tensor& out, const Tensor& in, int64_t rows, int64_t cols);

@@ -477,6 +477,13 @@ void launch_map2(Context& ctx, const char* name, const Tensor& out, const Tensor
   CUDA_CHECK_LAUNCH(str_cat(name, " kernel (", out.describe(), ")"));
 }
 
+// out[i] = in[i] * s[i / cols] in the accumulation type, rounded once; out may alias in.
+template <class T, class S>
+__global__ void scale_rows_kernel(T* out, const T* in, const S* s, int64_t n, int64_t cols) {
+  using A = acc_t<T>;
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = store_acc<T>(load_acc(in[i]) * A(s[i / cols]));
+}
+
 // Calls fn.template operator()<T>() for the arithmetic dtypes (F32, F16, BF16, F64).
 template <class Fn>
 void visit_arith(DType t, const char* op, Fn&& fn) {
@@ -816,6 +823,16 @@ void add(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
 
 void mul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
   visit_arith(out.dtype(), "mul", [&]<class T>() { launch_map2<T>(ctx, "mul", out, a, b, MulOp{}); });
+}
+
+void scale_rows(Context& ctx, const Tensor& out, const Tensor& in, const Tensor& s) {
+  const int64_t n = out.numel(), cols = in.shape().cols();
+  visit_arith(out.dtype(), "scale_rows", [&]<class T>() {
+    using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    scale_rows_kernel<T, S><<<grid_for(ctx, n), kThreads, 0, stream_of(ctx)>>>(
+        static_cast<T*>(out.data_ptr()), static_cast<const T*>(in.data_ptr()), s.data<S>(), n, cols);
+    CUDA_CHECK_LAUNCH(str_cat("scale_rows kernel (", out.describe(), ")"));
+  });
 }
 
 void axpby(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& y, double alpha, double beta) {

@@ -15,6 +15,7 @@ void fill_normal(Context& ctx, const Tensor& out, uint64_t seed, uint64_t offset
 void transpose(Context& ctx, const Tensor& out, const Tensor& in, int64_t batch, int64_t m, int64_t n);
 void add(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
 void mul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
+void scale_rows(Context& ctx, const Tensor& out, const Tensor& in, const Tensor& s);
 void axpby(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& y, double alpha, double beta);
 void sum_rows(Context& ctx, const Tensor& out, const Tensor& in, int64_t rows, int64_t cols);
 void sum_columns(Context& ctx, const Tensor& out, const Tensor& in, int64_t rows, int64_t cols);

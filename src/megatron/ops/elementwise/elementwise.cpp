@@ -131,6 +131,18 @@ void scale(Context& ctx, const Tensor& out, const Tensor& in, double alpha) {
   MEGATRON_DISPATCH(ctx, cuda::axpby(ctx, out, in, in, alpha, 0.0), cpu::axpby(out, in, in, alpha, 0.0));
 }
 
+void scale_rows(Context& ctx, const Tensor& out, const Tensor& in, const Tensor& s) {
+  OpCheck check("scale_rows");
+  check.device(ctx, {{"out", out}, {"in", in}, {"s", s}})
+      .dtype_in("in", in, kArith)
+      .same_dtype({{"in", in}, {"out", out}})
+      .same_shape({{"in", in}, {"out", out}})
+      .dtype("s", s, in.dtype() == F64 ? F64 : F32)
+      .shape("s", s, Shape{in.shape().rows()});
+  if (out.numel() == 0) return;
+  MEGATRON_DISPATCH(ctx, cuda::scale_rows(ctx, out, in, s), cpu::scale_rows(out, in, s));
+}
+
 void axpby(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& y, double alpha, double beta) {
   check_binary("axpby", ctx, out, x, "x", y, "y");
   if (out.numel() == 0) return;

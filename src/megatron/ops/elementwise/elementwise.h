@@ -59,6 +59,9 @@ void add(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
 void mul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
 // out = alpha * in.
 void scale(Context& ctx, const Tensor& out, const Tensor& in, double alpha);
+// in, out [R, C] (any rank: the last dimension is C); s [R] F32 (F64 for F64 tensors): out[r, c] = in[r, c] * s[r]
+// (a per-row gate, e.g. the shared experts' sigmoid gate). out may alias in.
+void scale_rows(Context& ctx, const Tensor& out, const Tensor& in, const Tensor& s);
 // out = alpha * x + beta * y; beta == 0 means y is not read (inf/NaN in y do not propagate).
 void axpby(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& y, double alpha, double beta);
 
