@@ -273,6 +273,85 @@ TEST_P(MoELayerTest, MatchesMegatronsFormulasAndFiniteDifferences) {
   check("fc2", w.fc2, to_doubles(ctx, layer.experts.linear_fc2.main_grad));
 }
 
+// --moe-shared-expert-gate (Qwen2-MoE): out = routed + sigmoid(x . gate_weight) * shared_experts(x), per token.
+// The forward against that sum made from its parts; every gradient (input, gate, router, shared and routed
+// experts) against central finite differences of L = <out, dout> through the layer's own forward, with and
+// without selective recomputation of the shared experts.
+TEST(MoELayerSharedGate, GatesTheSharedExpertsPerTokenAndItsGradientsMatchFiniteDifferences) {
+  Context& ctx = cpu_context();
+  const int64_t T = 7, h = 6, F = 5;
+  const Case c{"gate", RouterScore::Softmax, false, 2, true, 0.0, 0.0};
+  for (bool recompute : {false, true}) {
+    TransformerConfig config = moe_config(c, h, 4, F);
+    config.moe.shared_expert_ffn = 8;
+    config.moe.shared_expert_gate = true;
+    if (recompute) config.recompute = RecomputeConfig{.granularity = RecomputeGranularity::Selective,
+                                                      .shared_experts = true};
+    MoELayer layer(ctx, "decoder.layers.0.mlp", config, {}, {});
+    layer.init(ctx, config);
+    ASSERT_TRUE(layer.shared_gate.defined());
+    EXPECT_EQ(layer.shared_gate.name, "decoder.layers.0.mlp.shared_experts.gate_weight");
+    Tensor x = random_tensor({T, h}, "gate x");
+    const Tensor dout = random_tensor({T, h}, "gate dy");
+    auto forward = [&](const Tensor& at) {
+      Tensor out = ctx.empty({T, h}, DType::F64);
+      (void)layer.forward(ctx, out, at, /*training=*/false);
+      return to_doubles(ctx, out);
+    };
+    // The parts: the shared experts alone and the gate's logits; the routed part is the output without them.
+    const std::vector<double> gated = forward(x);
+    Tensor shared = ctx.empty({T, h}, DType::F64);
+    (void)layer.shared_experts->forward(ctx, shared, x);
+    const std::vector<double> sh = to_doubles(ctx, shared), w = to_doubles(ctx, layer.shared_gate.value);
+    const std::vector<double> xs = to_doubles(ctx, x);
+    std::unique_ptr<MLP> keep = std::move(layer.shared_experts);
+    const std::vector<double> routed = forward(x);  // no shared experts: the routed part only
+    layer.shared_experts = std::move(keep);
+    for (int64_t t = 0; t < T; ++t) {
+      double z = 0;
+      for (int64_t j = 0; j < h; ++j) z += xs[size_t(t * h + j)] * w[size_t(j)];
+      const double g = 1 / (1 + std::exp(-z));
+      for (int64_t j = 0; j < h; ++j) {
+        const size_t i = size_t(t * h + j);
+        ASSERT_NEAR(gated[i], routed[i] + g * sh[i], 1e-12) << "token " << t << " channel " << j;
+      }
+    }
+    // Gradients.
+    ParameterList params;
+    layer.collect_parameters(params);
+    for (Parameter* p : params) ops::fill(ctx, p->main_grad, 0.0);
+    Tensor out = ctx.empty({T, h}, DType::F64), dx = ctx.empty({T, h}, DType::F64);
+    MoESaved saved = layer.forward(ctx, out, x, /*training=*/true);
+    layer.backward(ctx, std::move(saved), dx, dout, 1.0);
+    const std::vector<double> dys = to_doubles(ctx, dout);
+    auto loss = [&] {
+      const std::vector<double> o = forward(x);
+      double l = 0;
+      for (size_t i = 0; i < o.size(); ++i) l += o[i] * dys[i];
+      return l;
+    };
+    auto check = [&](const std::string& what, const Tensor& value, const std::vector<double>& grad) {
+      std::vector<double> v = to_doubles(ctx, value);
+      for (size_t i = 0; i < v.size(); i += std::max<size_t>(1, v.size() / 13)) {
+        const double keep_v = v[i], eps = 1e-6;
+        auto set = [&](double val) {
+          v[i] = val;
+          copy_tensor(ctx, value, Tensor::from_blob(v.data(), value.shape(), DType::F64, Device::cpu()));
+        };
+        set(keep_v + eps);
+        const double up = loss();
+        set(keep_v - eps);
+        const double down = loss();
+        set(keep_v);
+        const double fd = (up - down) / (2 * eps);
+        EXPECT_NEAR(grad[i], fd, 1e-6 * (1 + std::fabs(fd))) << what << " element " << i << (recompute ? " (recomputed)" : "");
+      }
+    };
+    check("dx", x, to_doubles(ctx, dx));
+    for (Parameter* p : params) check(p->name, p->value, to_doubles(ctx, p->main_grad));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Routers, MoELayerTest,
     ::testing::Values(Case{"softmax_top2_swiglu_aux_z", RouterScore::Softmax, false, 2, true, 0.3, 0.2},

@@ -73,6 +73,8 @@ std::vector<Layout> layouts() {
        {"--moe-expert-capacity-factor", "0.75", "--moe-token-drop-policy", "position"}},
       // The sequence-level loss with each sequence's rows split over the TP ranks (sequence parallelism) and
       // over CP: the per-sequence counts are summed over TP x CP.
+      {"EP=2 x TP=2 + SP, expert TP 2, gated shared experts (Qwen2-MoE)", 4, s_ep2_tp2, with(ep2, tp2),
+       {"--moe-shared-expert-gate"}},
       {"EP=2 x TP=2 + SP, seq_aux_loss", 4, s_ep2_tp2, with(ep2, tp2),
        {"--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff", "0.05"}},
       // Aux-loss-free balancing: the bias moves once per step from the selections of the whole global batch

@@ -60,6 +60,8 @@ TEST(MemoryPlan, PredictsTheMeasuredPeak) {
       {"gpt fp32, FSDP optim_grads", {"--max-position-embeddings", "128", "--use-megatron-fsdp",
                                       "--data-parallel-sharding-strategy", "optim_grads"}},
       {"llama bf16 MoE, 4 experts top-2", with(kLlama, with({"--bf16"}, kMoe))},
+      {"llama bf16 MoE, gated shared experts (Qwen2-MoE)",
+       with(kLlama, with({"--bf16", "--moe-shared-expert-intermediate-size", "64", "--moe-shared-expert-gate"}, kMoe))},
       {"llama bf16 MoE, shared experts, MoE every other layer, sigmoid with expert bias",
        with(kLlama, with({"--bf16", "--moe-shared-expert-intermediate-size", "64", "--moe-layer-freq", "[1,0,1]",
                           "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"}, kMoe))},

@@ -39,6 +39,8 @@ struct MoeConfig {
   TokenDispatcher dispatcher = TokenDispatcher::AllGather;
   bool per_expert_gemm = true;        // the local experts as one GEMM each instead of one grouped launch (CUDA)
   int64_t shared_expert_ffn = 0;      // shared experts' total MLP width (0: none)
+  // --moe-shared-expert-gate: the shared experts' output scaled per token by sigmoid(x . gate_weight) (Qwen2-MoE)
+  bool shared_expert_gate = false;
   std::vector<bool> layer_is_moe;     // per layer (global numbering from 0); empty: every layer
 
   bool enabled() const { return num_experts > 0; }

@@ -5,6 +5,7 @@
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/nn/moe_capacity.h"
 #include "megatron/ops/moe_permute/moe_permute.h"
+#include "megatron/ops/router/router.h"
 
 namespace megatron::nn {
 namespace {
@@ -45,12 +46,77 @@ MoELayer::MoELayer(Context& ctx, const std::string& prefix, const TransformerCon
       recompute_shared_(config.recompute.selective_shared_experts()) {
   if (moe_.shared_expert_ffn > 0)
     shared_experts = std::make_unique<MLP>(ctx, prefix + ".shared_experts", shared_expert_config(config), tp);
+  if (shared_experts && moe_.shared_expert_gate) {
+    Placement replicated;
+    replicated.grad_partial_over_tp = tp.sp() && tp.size() > 1;  // each TP rank gated its own token rows
+    replicated.tp = TensorParallelSplit{.dim = -1, .blocks = 1, .rank = tp.rank(), .size = tp.size()};
+    shared_gate = make_parameter(ctx, prefix + ".shared_experts.gate_weight", Shape{1, config.hidden()},
+                                 config.params_dtype, /*no_weight_decay=*/false, replicated);
+  }
 }
 
 void MoELayer::init(Context& ctx, const TransformerConfig& config) {
   router.init(ctx, config);
   experts.init(ctx, config);
   if (shared_experts) shared_experts->init(ctx, shared_expert_config(config));
+  if (shared_gate.defined()) init_normal(ctx, shared_gate, config.seed, config.init_method_std);
+}
+
+namespace {
+// The gate's sigmoid: the router's top-1 of one "expert" under sigmoid scoring, whose probability is the plain
+// sigmoid of the logit and whose backward is its derivative (ops/router/router.h).
+const ops::RouterOptions kSigmoidGate{.score_function = ops::ScoreFunction::Sigmoid, .topk = 1};
+}  // namespace
+
+void MoELayer::shared_forward(Context& ctx, MoESaved& s, const Tensor& out, const Tensor& x, bool training) const {
+  const int64_t T = x.dim(0), h = x.dim(1);
+  const bool drop = recompute_shared_ && training;  // the backward runs them again from their input
+  if (!shared_gate.defined()) {
+    s.shared = shared_experts->forward(ctx, out, x);
+    if (drop) s.shared = MLPSaved(), s.shared_dropped = true;
+    return;
+  }
+  Tensor pre = ctx.empty({T, h}, x.dtype());
+  s.shared = shared_experts->forward(ctx, pre, x);
+  s.gate_x = x;
+  s.gate_logits = ctx.empty({T, 1}, x.dtype());
+  linear_forward(ctx, s.gate_logits, x, shared_gate, nullptr);
+  const DType f32 = x.dtype() == DType::F64 ? DType::F64 : DType::F32;  // the router's probabilities' dtype
+  Tensor gate = ctx.empty({T, 1}, f32), index = ctx.empty({T, 1}, DType::I32);
+  s.gate_scores = ctx.empty({T, 1}, f32);
+  ops::router_topk_forward(ctx, gate, index, s.gate_scores, s.gate_logits, Tensor(), kSigmoidGate);
+  ops::scale_rows(ctx, out, pre, gate.view({T}));
+  if (drop) s.shared = MLPSaved(), s.shared_dropped = true;
+  else s.shared_out = pre;
+}
+
+void MoELayer::shared_backward(Context& ctx, MoESaved& s, const Tensor& dx, const Tensor& dout) {
+  const int64_t T = dout.dim(0), h = dout.dim(1);
+  Tensor dshared = dout;
+  if (shared_gate.defined()) {
+    // out = pre * g(z), z = x . w: d pre = dout * g, dg = sum over the row of dout * pre, dz = g'(z) dg.
+    Tensor gate = s.gate_scores.view({T});  // the sigmoid scores are the gate (top-1 of one, unscaled)
+    dshared = ctx.empty({T, h}, dout.dtype());
+    ops::scale_rows(ctx, dshared, dout, gate);
+    Tensor prod = ctx.empty({T, h}, dout.dtype()), sums = ctx.empty({T}, DType::F32);
+    ops::mul(ctx, prod, dout, s.shared_out);
+    ops::sum_rows(ctx, sums, prod);
+    Tensor dgate = sums.view({T, 1});
+    if (s.gate_scores.dtype() != DType::F32) {  // F64 models (the CPU's finite differences)
+      dgate = ctx.empty({T, 1}, s.gate_scores.dtype());
+      ops::cast(ctx, dgate, sums.view({T, 1}));
+    }
+    Tensor dlogits = ctx.empty({T, 1}, dout.dtype()), index = ctx.empty({T, 1}, DType::I32);
+    ops::fill(ctx, index, 0.0);
+    ops::router_topk_backward(ctx, dlogits, dgate, s.gate_scores, index, s.gate_logits, kSigmoidGate);
+    Tensor dx_gate = ctx.empty({T, h}, dout.dtype());
+    linear_backward(ctx, dx_gate, dlogits, s.gate_x, shared_gate, nullptr);
+    ops::add(ctx, dx, dx, dx_gate);
+    s.gate_x = s.gate_logits = s.gate_scores = s.shared_out = Tensor();
+  }
+  Tensor dx_shared = ctx.empty({T, h}, dout.dtype());
+  shared_experts->backward(ctx, std::move(s.shared), dx_shared, dshared);
+  ops::add(ctx, dx, dx, dx_shared);
 }
 
 bool MoELayer::all_to_all() const {
@@ -90,12 +156,8 @@ MoESaved MoELayer::forward(Context& ctx, const Tensor& out, const Tensor& x_in, 
   if (yg.data_ptr() != y.data_ptr()) reduce_scatter_rows(ctx, group, y, yg);
   if (shared_experts) {
     Tensor shared = ctx.empty({T, h}, x.dtype());
-    s.shared = shared_experts->forward(ctx, shared, x);
+    shared_forward(ctx, s, shared, x, training);
     ops::add(ctx, y, y, shared);
-    if (recompute_shared_ && training) {  // the backward runs them again from their input, the router's
-      s.shared = MLPSaved();
-      s.shared_dropped = true;
-    }
   }
   return s;
 }
@@ -155,8 +217,9 @@ void MoELayer::backward(Context& ctx, MoESaved&& saved, const Tensor& dx_out, co
   MoESaved s = std::move(saved);
   const int64_t T = s.tokens, h = dout_in.numel() / T, k = moe_.topk;
   if (s.shared_dropped) {  // selective "shared_experts": their forward again (before the router's input is released)
-    Tensor unused = ctx.empty({T, h}, dout_in.dtype());
-    s.shared = shared_experts->forward(ctx, unused, s.router.x);
+    Tensor pre = ctx.empty({T, h}, dout_in.dtype());
+    s.shared = shared_experts->forward(ctx, pre, s.router.x);
+    s.shared_out = pre;  // the gate's backward reads the pre-gate output
   }
   const Tensor dout = dout_in.view({T, h}), dx = dx_out.view({T, h});
   comm::Communicator* group = s.plan ? nullptr : parallel_.dispatch;
@@ -178,16 +241,13 @@ void MoELayer::backward(Context& ctx, MoESaved&& saved, const Tensor& dx_out, co
   Tensor dx_router = ctx.empty({T, h}, dout.dtype());
   router.backward(ctx, std::move(s.router), dx_router, dprobs, loss_grad_scale);
   ops::add(ctx, dx, dx, dx_router);
-  if (shared_experts) {
-    Tensor dx_shared = ctx.empty({T, h}, dout.dtype());
-    shared_experts->backward(ctx, std::move(s.shared), dx_shared, dout);
-    ops::add(ctx, dx, dx, dx_shared);
-  }
+  if (shared_experts) shared_backward(ctx, s, dx, dout);
 }
 
 void MoELayer::collect_parameters(ParameterList& out) {
   router.collect_parameters(out);
   if (shared_experts) shared_experts->collect_parameters(out);
+  if (shared_gate.defined()) out.push_back(&shared_gate);
   experts.collect_parameters(out);
 }
 

@@ -7,7 +7,8 @@
 //   rows       = permute(X by I)                 grouped by expert, expert ascending, token ascending
 //   y_rows     = local experts on their rows     (the other experts' rows stay 0 on this rank)
 //   Y          = unpermute(y_rows, P)            Y[t] = sum_s P[t, s] * y_rows[row(t, s)]
-//   out        = reduce-scatter(Y) over G (+ the shared experts' MLP of x)
+//   out        = reduce-scatter(Y) over G (+ the shared experts' MLP of x; with --moe-shared-expert-gate times
+//                sigmoid(x . gate_weight) per token, Megatron's SharedExpertMLP gate, gate_weight [1, h])
 // Each rank holds E / EP experts split over expert TP, so its Y is a partial sum; the reduce-scatter adds
 // the experts of the other EP ranks and the other expert-TP shards and hands every rank its own rows back.
 // The backward mirrors it: all-gather dout, unpermute's backward (d rows and d probs), the experts'
@@ -51,6 +52,9 @@ struct MoESaved {
   ExpertsSaved experts;
   MLPSaved shared;
   bool shared_dropped = false;  // selective "shared_experts": `shared` is made again by the backward
+  // --moe-shared-expert-gate: the gate's input x, logits [T, 1], sigmoid scores [T, 1] (F32) and the shared
+  // experts' output before the gate [T, h] (undefined when dropped: the backward makes it again).
+  Tensor gate_x, gate_logits, gate_scores, shared_out;
   int64_t tokens = 0;  // T
 };
 
@@ -75,6 +79,7 @@ class MoELayer {
   TopKRouter router;
   GroupedExperts experts;
   std::unique_ptr<MLP> shared_experts;  // with --moe-shared-expert-intermediate-size
+  Parameter shared_gate;                // with --moe-shared-expert-gate: [1, h], replicated over TP
 
  private:
   bool all_to_all() const;
@@ -85,6 +90,12 @@ class MoELayer {
                           Timers* timers) const;
   // Their backward: d expert_out -> d permuted (assigned).
   void experts_backward(Context& ctx, MoESaved& s, const Tensor& dpermuted, const Tensor& dexpert_out);
+
+  // The shared experts' output of x (into `out` [T, h]), gated when --moe-shared-expert-gate: the gate's state
+  // into s; shared_out is the pre-gate output.
+  void shared_forward(Context& ctx, MoESaved& s, const Tensor& out, const Tensor& x, bool training) const;
+  // Their backward: dx += the shared experts' and the gate's input gradients.
+  void shared_backward(Context& ctx, MoESaved& s, const Tensor& dx, const Tensor& dout);
 
   MoeParallel parallel_;
   MoeConfig moe_;

@@ -68,6 +68,7 @@ struct MoeArguments {
   std::string moe_expert_gemm = "per-expert";
   int moe_shared_expert_intermediate_size = 0;
   bool moe_shared_expert_overlap = false;
+  bool moe_shared_expert_gate = false;       // the shared experts' output times a per-token sigmoid gate
   std::string moe_layer_freq = "1";          // an int N (every N-th layer) or a Python list pattern "[0]*2+[1]*6"
   std::string moe_router_dtype;              // "" (the model dtype), fp32 or fp64
   bool moe_per_layer_logging = false;

@@ -201,6 +201,8 @@ std::vector<FlagSpec> moe_flags() {
            "shared experts' total MLP width (default: none)"),
       flag("--moe-shared-expert-overlap", &A::moe, &E::moe_shared_expert_overlap,
            "overlap the shared experts with the dispatch (alltoall)"),
+      flag("--moe-shared-expert-gate", &A::moe, &E::moe_shared_expert_gate,
+           "scale the shared experts' output per token by sigmoid(x . gate_weight) (Qwen2-MoE)"),
       flag("--moe-layer-freq", &A::moe, &E::moe_layer_freq,
            "which layers are MoE: every N-th, or a list expression such as \"[0]*2+[1]*6\""),
       flag("--moe-router-dtype", &A::moe, &E::moe_router_dtype, "router dtype: the router always computes in fp32 here (fp64 is refused)", {"fp32", "fp64"}),

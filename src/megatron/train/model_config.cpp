@@ -95,6 +95,7 @@ nn::MoeConfig moe_config(const MoeArguments& m, const ModelArguments& model) {
   c.pad_to_capacity = m.moe_pad_expert_input_to_capacity;
   c.dispatcher = m.moe_token_dispatcher_type == "alltoall" ? nn::TokenDispatcher::AllToAll : nn::TokenDispatcher::AllGather;
   c.shared_expert_ffn = m.moe_shared_expert_intermediate_size;
+  c.shared_expert_gate = m.moe_shared_expert_gate;
   c.per_expert_gemm = m.moe_expert_gemm == "per-expert";
   c.layer_is_moe = parse_moe_layer_freq(m.moe_layer_freq, model.num_layers);
   return c;

@@ -214,6 +214,9 @@ void router_violations(const MoeArguments& m, std::vector<std::string>& v) {
     need(m.moe_expert_capacity_factor > 0, "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
   need(m.moe_token_dispatcher_type == "allgather" || m.moe_token_dispatcher_type == "alltoall",
        "--moe-token-dispatcher-type '", m.moe_token_dispatcher_type, "' must be allgather or alltoall");
+  if (m.moe_shared_expert_gate)
+    need(m.moe_shared_expert_intermediate_size > 0, "--moe-shared-expert-gate needs shared experts "
+         "(--moe-shared-expert-intermediate-size)");
   if (m.moe_shared_expert_overlap)
     need(m.moe_token_dispatcher_type == "alltoall" && m.moe_shared_expert_intermediate_size > 0,
          "--moe-shared-expert-overlap needs --moe-shared-expert-intermediate-size and --moe-token-dispatcher-type "

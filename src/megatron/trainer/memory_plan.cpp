@@ -129,6 +129,7 @@ std::vector<ParamTensor> layer_param_tensors(const Dims& x, const MoeDims& moe, 
   if (moe.shared_F > 0) {
     linear(x.h * x.k * moe.shared_F, x.k * moe.shared_F);
     linear(moe.shared_F * x.h, x.h);
+    if (moe.config.shared_expert_gate) p.push_back({x.h});
   }
   p.push_back({moe.experts * x.k * moe.F * x.h, true});
   p.push_back({moe.experts * x.h * moe.F, true});
@@ -178,6 +179,10 @@ double moe_saved(const Dims& x, const MoeDims& m) {
   b += x.tensor(R, x.h, x.e) + x.tensor(R, x.k * m.F, x.e) + (m.recompute_act ? 0 : x.tensor(R, m.F, x.e));
   b += x.tensor(T * m.topk, x.h, x.e);
   if (m.shared_F > 0 && !m.recompute_shared) b += x.tensor(T, x.k * m.shared_F, x.e) + x.tensor(T, m.shared_F, x.e);
+  if (m.shared_F > 0 && m.config.shared_expert_gate) {  // the gate's logits and scores, the pre-gate output
+    b += x.tensor(T, 1, x.e) + x.tensor(T, 1, 4);
+    if (!m.recompute_shared) b += x.tensor(T, x.h, x.e);
+  }
   return b;
 }
 
