@@ -1,7 +1,7 @@
 // Tiny Hugging Face models made in the tests (no Python): configs of each family and random HF-named tensors
 // as transformers' save_pretrained would hold them (Llama GQA, Mistral, Qwen2 with q/k/v biases, GPT-2 with
 // Conv1D weights, Mixtral with 4 experts, Qwen3 with q/k norms and a head_dim of its own, Qwen3-MoE with a dense
-// layer).
+// layer, Qwen2-MoE with a gated shared expert).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -67,6 +67,17 @@ inline json qwen3_moe_config(int kv_heads) {
   return c;
 }
 
+// Qwen2-MoE: Qwen3-MoE's experts and dense layer without the q/k norms, q/k/v biases, a gated shared expert of 24.
+inline json qwen2_moe_config(int kv_heads) {
+  json c = qwen3_moe_config(kv_heads);
+  c["model_type"] = "qwen2_moe";
+  c.erase("head_dim");
+  c.erase("attention_bias");
+  c["qkv_bias"] = true;
+  c["shared_expert_intermediate_size"] = 24;
+  return c;
+}
+
 inline json gpt2_config() {
   return {{"model_type", "gpt2"}, {"n_embd", 32},      {"n_layer", 2},           {"n_head", 4},
           {"n_positions", 40},    {"vocab_size", 90},  {"layer_norm_epsilon", 1e-5}, {"activation_function", "gelu_new"},
@@ -104,7 +115,7 @@ inline TensorMap hf_tensors(const json& c, DType dtype) {
   const int64_t h = c["hidden_size"], n = c["num_attention_heads"], g = c["num_key_value_heads"];
   const int64_t d = c.contains("head_dim") ? c["head_dim"].get<int64_t>() : h / n;
   const int64_t F = c["intermediate_size"], V = c["vocab_size"];
-  const bool qkv_bias = c["model_type"] == "qwen2";
+  const bool qkv_bias = c["model_type"] == "qwen2" || c["model_type"] == "qwen2_moe";
   const bool qk_norm = c["model_type"] == "qwen3" || c["model_type"] == "qwen3_moe";
   add("model.embed_tokens.weight", {V, h});
   for (int i = 0; i < int(c["num_hidden_layers"]); ++i) {
@@ -125,8 +136,16 @@ inline TensorMap hf_tensors(const json& c, DType dtype) {
       add(p + "self_attn.k_norm.weight", {d});
     }
     const json dense = c.value("mlp_only_layers", json::array());
-    if (c["model_type"] == "qwen3_moe" && std::find(dense.begin(), dense.end(), i) == dense.end()) {
+    const bool sparse = c["model_type"] == "qwen3_moe" || c["model_type"] == "qwen2_moe";
+    if (sparse && std::find(dense.begin(), dense.end(), i) == dense.end()) {
       const int64_t E = c["num_local_experts"], Fe = c["moe_intermediate_size"];
+      if (c.contains("shared_expert_intermediate_size")) {
+        const int64_t Fs = c["shared_expert_intermediate_size"];
+        add(p + "mlp.shared_expert.gate_proj.weight", {Fs, h});
+        add(p + "mlp.shared_expert.up_proj.weight", {Fs, h});
+        add(p + "mlp.shared_expert.down_proj.weight", {h, Fs});
+        add(p + "mlp.shared_expert_gate.weight", {1, h});
+      }
       add(p + "mlp.gate.weight", {E, h});
       for (int e = 0; e < E; ++e) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";

@@ -1,10 +1,11 @@
 // Hugging Face conversion without Python: HF-named tensors made here (Llama with GQA and untied output,
 // Mistral, Qwen2 with q/k/v biases and tied embeddings, GPT-2 with Conv1D weights, Mixtral with 4 experts, Qwen3
-// with q/k norms, Qwen3-MoE with a dense layer), imported into a megatron.cpp checkpoint and exported back, give
-// byte-identical tensors; the fused QKV rows, fc1 = [gate; up] and the stacked experts follow Megatron's
-// layout; transformers 5's fused expert layout reads to the same tensors; Qwen3-MoE's sparse-step, dense-layer
-// and router options map to Megatron's; unsupported configurations (Qwen2-MoE among them) and stray tensors are
-// refused by name; a converted Mixtral loads as a model with MoE layers and runs a forward.
+// with q/k norms, Qwen3-MoE with a dense layer, Qwen2-MoE with a gated shared expert), imported into a
+// megatron.cpp checkpoint and exported back, give byte-identical tensors; the fused QKV rows, fc1 = [gate; up]
+// and the stacked experts follow Megatron's layout; transformers 5's fused expert layout reads to the same
+// tensors; the Qwen MoE families' sparse-step, dense-layer, router and shared-expert options map to Megatron's;
+// unsupported configurations and stray tensors are refused by name; a converted Mixtral loads as a model with
+// MoE layers and runs a forward.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,7 +88,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTripCase{"gpt2", gpt2_config(), DType::F32},
                       RoundTripCase{"mixtral_gqa_bf16", mixtral_config(2), DType::BF16},
                       RoundTripCase{"qwen3_head_dim_bf16", qwen3_config(2), DType::BF16},
-                      RoundTripCase{"qwen3_moe_dense_layer_bf16", qwen3_moe_config(2), DType::BF16}),
+                      RoundTripCase{"qwen3_moe_dense_layer_bf16", qwen3_moe_config(2), DType::BF16},
+                      RoundTripCase{"qwen2_moe_shared_gate_bf16", qwen2_moe_config(2), DType::BF16}),
     [](const auto& info) { return info.param.name; });
 
 // Element [row, 0] of a tensor whose rows were tagged with their source.
@@ -552,16 +554,35 @@ TEST(HfQwen3, QkNormsMapToTheAttentionsLayernormsAndOnlyToQwen3) {
   train::Arguments moe = arguments_from_hf(qwen3_moe_config(2));
   moe.moe.moe_shared_expert_intermediate_size = 32;
   testing::expect_error([&] { hf_config_from_model(HfFamily::Qwen3Moe, moe, DType::F32); },
-                        {"not Qwen3-MoE shaped", "--moe-shared-expert-intermediate-size"});
+                        {"not qwen3_moe shaped", "--moe-shared-expert-intermediate-size"});
 }
 
-TEST(HfMixtral, QwenMoeFamiliesAreRefusedNamingWhatIsMissing) {
-  json c = llama_config("qwen2_moe", false, 2);
-  testing::expect_error([&] { arguments_from_hf(c); }, {"'qwen2_moe'", "shared_expert_gate"});
-  fs::path dir = testing::make_temp_dir("hf_qwen2_moe");
-  c["model_type"] = "qwen2_moe";
-  write_hf_dir(dir / "hf", c, {});
-  testing::expect_error([&] { import_hf_checkpoint(dir / "hf", dir / "ours"); }, {"Qwen2-MoE", "shared_expert_gate"});
+TEST(HfQwen2Moe, GatedSharedExpertMapsToMegatronsAndBack) {
+  const json c = qwen2_moe_config(2);
+  const train::Arguments a = arguments_from_hf(c);
+  EXPECT_FALSE(a.model.qk_layernorm);
+  EXPECT_TRUE(a.model.add_qkv_bias);
+  EXPECT_EQ(a.moe.moe_shared_expert_intermediate_size, 24);
+  EXPECT_TRUE(a.moe.moe_shared_expert_gate);
+  EXPECT_TRUE(a.moe.moe_router_pre_softmax);
+  EXPECT_EQ(a.moe.moe_layer_freq, "[1,0]");
+  const TensorMap hf = hf_tensors(c, DType::F32);
+  const TensorMap ours = hf_to_megatron(HfFamily::Qwen2Moe, a, 128, hf);
+  const std::string s = "decoder.layers.0.mlp.shared_experts.";
+  EXPECT_TRUE(ours.at(s + "gate_weight").bytes == hf.at("model.layers.0.mlp.shared_expert_gate.weight").bytes);
+  EXPECT_EQ(ours.at(s + "linear_fc1.weight").shape, (std::vector<int64_t>{48, 32}));
+  EXPECT_EQ(ours.count("decoder.layers.1.mlp.shared_experts.gate_weight"), 0u) << "layer 1 is dense";
+  const json back = hf_config_from_model(HfFamily::Qwen2Moe, a, DType::BF16);
+  EXPECT_EQ(back["shared_expert_intermediate_size"], 24);
+  EXPECT_EQ(back["qkv_bias"], true);
+  // Qwen2-MoE always gates a shared expert; Qwen3-MoE and Mixtral have none.
+  train::Arguments ungated = a;
+  ungated.moe.moe_shared_expert_gate = false;
+  testing::expect_error([&] { hf_config_from_model(HfFamily::Qwen2Moe, ungated, DType::F32); },
+                        {"not qwen2_moe shaped", "--moe-shared-expert-gate"});
+  testing::expect_error([&] { hf_config_from_model(HfFamily::Qwen3Moe, a, DType::F32); }, {"no --qk-layernorm"});
+  testing::expect_error([&] { hf_config_from_model(HfFamily::Mixtral, a, DType::F32); },
+                        {"not Mixtral shaped", "--moe-shared-expert-intermediate-size"});
 }
 
 }  // namespace

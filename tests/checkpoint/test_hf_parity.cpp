@@ -1,7 +1,8 @@
 // Parity with Hugging Face transformers: tiny random Llama (GQA, untied), Qwen2 (q/k/v biases, tied), Qwen3 (q/k
 // norms, head_dim 24 != hidden / heads), Mistral, GPT-2, Mixtral (4 experts, top 2, GQA; saved in the per-expert
 // layout, and as "mixtral_fused" in transformers 5's fused expert layout) and Qwen3-MoE (4 experts, top 2; one
-// dense layer and norm_topk_prob false, or "qwen3_moe_norm": every layer sparse, renormalised) models are built
+// dense layer and norm_topk_prob false, or "qwen3_moe_norm": every layer sparse, renormalised) and Qwen2-MoE (a
+// gated shared expert, q/k/v biases, a dense layer) models are built
 // locally with transformers (no download) and saved;
 // convert_checkpoint's import gives our model the same logits (CPU fp32: max |diff| < 1e-4; GPU bf16: NMSE
 // against transformers' fp32 logits < 1e-3); our checkpoint exported back loads in transformers with the
@@ -72,6 +73,12 @@ elif family in ("qwen3_moe", "qwen3_moe_norm"):
                                       router_aux_loss_coef=0.01, rms_norm_eps=1e-6, tie_word_embeddings=False,
                                       **common)
     model = transformers.Qwen3MoeForCausalLM(cfg)
+elif family == "qwen2_moe":
+    cfg = transformers.Qwen2MoeConfig(intermediate_size=96, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                                      num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+                                      mlp_only_layers=[1], router_aux_loss_coef=0.01, rms_norm_eps=1e-6,
+                                      tie_word_embeddings=False, **common)
+    model = transformers.Qwen2MoeForCausalLM(cfg)
 elif family in ("mixtral", "mixtral_fused"):
     cfg = transformers.MixtralConfig(intermediate_size=96, num_key_value_heads=2, rms_norm_eps=1e-5,
                                      num_local_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.02,
@@ -148,7 +155,7 @@ class HfParity : public ::testing::TestWithParam<std::string> {};
 TEST_P(HfParity, LogitsMatchTransformersCpuFp32) { expect_parity(GetParam(), testing::cpu_context(), DType::F32); }
 INSTANTIATE_TEST_SUITE_P(Families, HfParity,
                          ::testing::Values("llama", "gpt2", "qwen2", "qwen3", "mistral", "mixtral", "mixtral_fused",
-                                           "qwen3_moe", "qwen3_moe_norm"));
+                                           "qwen3_moe", "qwen3_moe_norm", "qwen2_moe"));
 
 class HfParityGpu : public ::testing::TestWithParam<std::string> {};
 TEST_P(HfParityGpu, LogitsMatchTransformersBf16) {
@@ -156,7 +163,8 @@ TEST_P(HfParityGpu, LogitsMatchTransformersBf16) {
   expect_parity(GetParam(), testing::cuda_context(), DType::BF16);
 }
 INSTANTIATE_TEST_SUITE_P(Families, HfParityGpu,
-                         ::testing::Values("llama", "gpt2", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe"));
+                         ::testing::Values("llama", "gpt2", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe",
+                                           "qwen2_moe"));
 
 }  // namespace
 }  // namespace megatron::checkpoint

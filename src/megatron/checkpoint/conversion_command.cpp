@@ -279,7 +279,7 @@ ConversionRequest parse_conversion_command(const std::vector<std::string>& args)
 std::string conversion_usage() {
   return "usage: convert_checkpoint --direction hf-to-megatron|megatron-to-hf --load-dir DIR --save-dir DIR\n"
          "                          [--target-tensor-parallel-size N] [--target-pipeline-parallel-size P]\n"
-         "                          [--hf-model-type llama|mistral|qwen2|qwen3|mixtral|qwen3_moe|gpt2] [--dtype bf16|fp32]\n"
+         "                          [--hf-model-type llama|mistral|qwen2|qwen3|mixtral|qwen2_moe|qwen3_moe|gpt2] [--dtype bf16|fp32]\n"
          "   or (Megatron-LM's convert.py): convert_checkpoint --model-type GPT --loader llama_mistral|mixtral_hf|megatron\n"
          "                          --saver megatron|llama_mistral|mixtral --load-dir DIR --save-dir DIR\n"
          "                          [--target-tensor-parallel-size N] [--target-pipeline-parallel-size P]\n"

@@ -3,7 +3,7 @@
 //
 //   native      --direction hf-to-megatron|megatron-to-hf --load-dir D --save-dir D
 //               [--target-tensor-parallel-size N] [--target-pipeline-parallel-size P]
-//               [--hf-model-type llama|mistral|qwen2|qwen3|mixtral|qwen3_moe|gpt2] [--dtype bf16|fp32]
+//               [--hf-model-type llama|mistral|qwen2|qwen3|mixtral|qwen2_moe|qwen3_moe|gpt2] [--dtype bf16|fp32]
 //   convert.py  (Megatron-LM's tools/checkpoint/convert.py and its loaders/savers)
 //               --model-type GPT --loader L --saver S --load-dir D --save-dir D
 //               [--target-tensor-parallel-size N] [--target-pipeline-parallel-size P] [--target-expert-parallel-size E]

@@ -66,7 +66,7 @@ ExportSummary export_hf_checkpoint(const fs::path& load_root, const fs::path& hf
     const bool moe = all.moe.num_experts > 0;
     s.family = m.position_embedding_type == "learned_absolute" && m.normalization == "LayerNorm" ? HfFamily::GPT2
                : m.qk_layernorm ? (moe ? HfFamily::Qwen3Moe : HfFamily::Qwen3)
-               : moe            ? HfFamily::Mixtral
+               : moe            ? (all.moe.moe_shared_expert_gate ? HfFamily::Qwen2Moe : HfFamily::Mixtral)
                                 : HfFamily::Llama;
   }
   const json base = state.contains("hf_config") ? state["hf_config"] : json::object();

@@ -115,8 +115,9 @@ void llama_style_arguments(HfFamily f, const json& c, train::ModelArguments& m, 
   // Qwen2's biases are on q, k and v only: --add-qkv-bias, so that no zero biases are made up.
   const bool attention_bias = get_or<bool>(c, "attention_bias", false), mlp_bias = get_or<bool>(c, "mlp_bias", false);
   m.disable_bias_linear = !(attention_bias || mlp_bias);
-  m.add_qkv_bias = f == HfFamily::Qwen2 && m.disable_bias_linear;
-  const bool qwen = f == HfFamily::Qwen2 || f == HfFamily::Qwen3 || f == HfFamily::Qwen3Moe;
+  m.add_qkv_bias = m.disable_bias_linear &&
+                   (f == HfFamily::Qwen2 || (f == HfFamily::Qwen2Moe && get_or<bool>(c, "qkv_bias", true)));
+  const bool qwen = f == HfFamily::Qwen2 || f == HfFamily::Qwen2Moe || f == HfFamily::Qwen3 || f == HfFamily::Qwen3Moe;
   if (qwen && get_or<bool>(c, "use_sliding_window", false))
     unsupported.push_back(str_cat(hf_family_name(f), " sliding-window attention"));
   m.qk_layernorm = f == HfFamily::Qwen3 || f == HfFamily::Qwen3Moe;  // q_norm, k_norm
@@ -137,9 +138,9 @@ void mixtral_arguments(const json& c, train::Arguments& a, std::vector<std::stri
     unsupported.push_back("router_jitter_noise " + c["router_jitter_noise"].dump() + " (no router input jitter)");
 }
 
-// Qwen3-MoE's sparse blocks: on layer i (0-based) when (i + 1) % decoder_sparse_step == 0 and i is not in
+// Qwen2-MoE's and Qwen3-MoE's sparse blocks: on layer i (0-based) when (i + 1) % decoder_sparse_step == 0 and i is not in
 // mlp_only_layers; the other layers are dense (intermediate_size).
-std::vector<bool> qwen3_moe_layers(const json& c, int num_layers, std::vector<std::string>& unsupported) {
+std::vector<bool> qwen_moe_layers(const json& c, int num_layers, std::vector<std::string>& unsupported) {
   const int step = get_or<int>(c, "decoder_sparse_step", 1);
   std::vector<bool> moe(size_t(std::max(num_layers, 0)), false);
   if (step < 1) {
@@ -168,7 +169,8 @@ std::string moe_layer_freq_of(const std::vector<bool>& moe) {
   return s + "]";
 }
 
-void qwen3_moe_arguments(const json& c, train::Arguments& a, std::vector<std::string>& unsupported) {
+// Qwen2-MoE's and Qwen3-MoE's experts, router and sparse layers; Qwen2-MoE's gated shared expert.
+void qwen_moe_arguments(HfFamily f, const json& c, train::Arguments& a, std::vector<std::string>& unsupported) {
   train::MoeArguments& e = a.moe;
   e.num_experts = get_or<int>(c, "num_local_experts", get_or<int>(c, "num_experts", 0));
   e.moe_router_topk = required_int(c, "num_experts_per_tok");
@@ -176,7 +178,11 @@ void qwen3_moe_arguments(const json& c, train::Arguments& a, std::vector<std::st
   e.moe_router_pre_softmax = !get_or<bool>(c, "norm_topk_prob", false);  // softmax over all, top-k, as they are
   const double coef = get_or<double>(c, "router_aux_loss_coef", 0.0);
   if (coef > 0) e.moe_aux_loss_coeff = {coef};
-  e.moe_layer_freq = moe_layer_freq_of(qwen3_moe_layers(c, a.model.num_layers, unsupported));
+  e.moe_layer_freq = moe_layer_freq_of(qwen_moe_layers(c, a.model.num_layers, unsupported));
+  if (f == HfFamily::Qwen2Moe) {
+    e.moe_shared_expert_intermediate_size = required_int(c, "shared_expert_intermediate_size");
+    e.moe_shared_expert_gate = true;
+  }
 }
 
 }  // namespace
@@ -189,12 +195,9 @@ HfFamily parse_hf_family(const std::string& name) {
   if (name == "qwen3_moe") return HfFamily::Qwen3Moe;
   if (name == "gpt2") return HfFamily::GPT2;
   if (name == "mixtral") return HfFamily::Mixtral;
-  if (name == "qwen2_moe")
-    MEGATRON_FAIL("convert: model type 'qwen2_moe' (Qwen2-MoE) cannot be represented exactly: megatron.cpp has no "
-                  "shared_expert_gate (the per-token sigmoid gate, shared_expert_gate.weight [1, h], that scales "
-                  "Qwen2-MoE's shared expert output); its shared expert would be added ungated");
+  if (name == "qwen2_moe") return HfFamily::Qwen2Moe;
   MEGATRON_FAIL("convert: model type ", quoted_bytes(name),
-                " is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, gpt2)");
+                " is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt2)");
 }
 
 const char* hf_family_name(HfFamily f) {
@@ -205,6 +208,7 @@ const char* hf_family_name(HfFamily f) {
     case HfFamily::Qwen3: return "qwen3";
     case HfFamily::GPT2: return "gpt2";
     case HfFamily::Mixtral: return "mixtral";
+    case HfFamily::Qwen2Moe: return "qwen2_moe";
     case HfFamily::Qwen3Moe: return "qwen3_moe";
   }
   return "?";
@@ -229,7 +233,7 @@ train::Arguments arguments_from_hf(const json& c) {
   if (f == HfFamily::GPT2) gpt2_arguments(c, m, unsupported);
   else llama_style_arguments(f, c, m, unsupported);
   if (f == HfFamily::Mixtral) mixtral_arguments(c, a, unsupported);
-  if (f == HfFamily::Qwen3Moe) qwen3_moe_arguments(c, a, unsupported);
+  if (f == HfFamily::Qwen2Moe || f == HfFamily::Qwen3Moe) qwen_moe_arguments(f, c, a, unsupported);
   MEGATRON_CHECK(unsupported.empty(), "convert: this ", hf_family_name(f),
                  " configuration uses what megatron.cpp does not implement: ", joined(unsupported));
   train::resolve(a);
@@ -272,6 +276,7 @@ const char* architecture_name(HfFamily f) {
     case HfFamily::Qwen3: return "Qwen3ForCausalLM";
     case HfFamily::GPT2: return "GPT2LMHeadModel";
     case HfFamily::Mixtral: return "MixtralForCausalLM";
+    case HfFamily::Qwen2Moe: return "Qwen2MoeForCausalLM";
     case HfFamily::Qwen3Moe: return "Qwen3MoeForCausalLM";
   }
   return "?";
@@ -310,7 +315,8 @@ void llama_style_config(HfFamily f, const train::ModelArguments& m, json& c) {
   if (f == HfFamily::Llama) c["mlp_bias"] = !m.disable_bias_linear;
   const bool windowed = f == HfFamily::Mistral || f == HfFamily::Mixtral;
   if (windowed && !c.contains("sliding_window")) c["sliding_window"] = nullptr;
-  if (f == HfFamily::Qwen2 || qk) c["use_sliding_window"] = false;
+  if (f == HfFamily::Qwen2 || f == HfFamily::Qwen2Moe || qk) c["use_sliding_window"] = false;
+  if (f == HfFamily::Qwen2Moe) c["qkv_bias"] = m.add_qkv_bias || !m.disable_bias_linear;
 }
 
 // What keeps a model with experts from being a Mixtral: each option that changes the forward away from
@@ -336,19 +342,26 @@ std::vector<std::string> mixtral_violations(const train::Arguments& a) {
   return v;
 }
 
-// What keeps a model with experts from being a Qwen3-MoE: Mixtral's rules, except that layers may be dense and
-// the router may skip the renormalisation (norm_topk_prob false).
-std::vector<std::string> qwen3_moe_violations(const train::Arguments& a) {
+// What keeps a model with experts from being a Qwen3-MoE (f Qwen3Moe) or Qwen2-MoE: Mixtral's rules, except that
+// layers may be dense and the router may skip the renormalisation (norm_topk_prob false); Qwen2-MoE has a shared
+// expert on every MoE layer, always gated.
+std::vector<std::string> qwen_moe_violations(HfFamily f, const train::Arguments& a) {
   std::vector<std::string> v;
+  const bool qwen2 = f == HfFamily::Qwen2Moe;
   for (const std::string& s : mixtral_violations(a))
-    if (!s.starts_with("--moe-layer-freq") && !s.starts_with("--moe-router-pre-softmax")) v.push_back(s);
+    if (!s.starts_with("--moe-layer-freq") && !s.starts_with("--moe-router-pre-softmax") &&
+        !(qwen2 && s.starts_with("--moe-shared-expert-intermediate-size")))
+      v.push_back(s);
+  if (qwen2 && (a.moe.moe_shared_expert_intermediate_size <= 0 || !a.moe.moe_shared_expert_gate))
+    v.push_back("no gated shared expert (--moe-shared-expert-intermediate-size with --moe-shared-expert-gate)");
   return v;
 }
 
-void qwen3_moe_config(const train::Arguments& a, json& c) {
-  const std::vector<std::string> v = qwen3_moe_violations(a);
-  MEGATRON_CHECK(v.empty(), "convert: this model is not Qwen3-MoE shaped (Qwen3-MoE routes by a softmax over all "
-                 "experts, top-k, with no shared expert and no dropped tokens): ", joined(v));
+void qwen_moe_config(HfFamily f, const train::Arguments& a, json& c) {
+  const std::vector<std::string> v = qwen_moe_violations(f, a);
+  MEGATRON_CHECK(v.empty(), "convert: this model is not ", hf_family_name(f), " shaped (it routes by a softmax over "
+                 "all experts, top-k, with ", f == HfFamily::Qwen2Moe ? "a gated shared expert" : "no shared expert",
+                 " and no dropped tokens): ", joined(v));
   const train::MoeArguments& e = a.moe;
   const std::vector<bool> moe = train::parse_moe_layer_freq(e.moe_layer_freq, a.model.num_layers);
   c["num_local_experts"] = e.num_experts;
@@ -364,6 +377,7 @@ void qwen3_moe_config(const train::Arguments& a, json& c) {
   const auto balancing = train::moe_load_balancing(e);
   c["router_aux_loss_coef"] =
       balancing.size() == 1 && balancing[0].first == "aux_loss" ? balancing[0].second : 0.0;
+  if (f == HfFamily::Qwen2Moe) c["shared_expert_intermediate_size"] = e.moe_shared_expert_intermediate_size;
 }
 
 void mixtral_config(const train::Arguments& a, json& c) {
@@ -386,9 +400,10 @@ void mixtral_config(const train::Arguments& a, json& c) {
 json hf_config_from_model(HfFamily f, const train::Arguments& a, DType dtype, const json& base) {
   const train::ModelArguments& m = a.model;
   json c = base.is_object() ? base : json::object();
-  if (f != HfFamily::Mixtral && f != HfFamily::Qwen3Moe)
+  if (f != HfFamily::Mixtral && f != HfFamily::Qwen2Moe && f != HfFamily::Qwen3Moe)
     MEGATRON_CHECK(a.moe.num_experts <= 0, "convert: this model has MoE layers (--num-experts ", a.moe.num_experts,
-                   ") and ", hf_family_name(f), " has none: export it as mixtral or qwen3_moe (--hf-model-type)");
+                   ") and ", hf_family_name(f), " has none: export it as mixtral, qwen2_moe or qwen3_moe "
+                   "(--hf-model-type)");
   c["vocab_size"] = m.vocab_size;
   c["initializer_range"] = m.init_method_std;
   c["torch_dtype"] = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
@@ -399,7 +414,7 @@ json hf_config_from_model(HfFamily f, const train::Arguments& a, DType dtype, co
   }
   llama_style_config(f, m, c);
   if (f == HfFamily::Mixtral) mixtral_config(a, c);
-  if (f == HfFamily::Qwen3Moe) qwen3_moe_config(a, c);
+  if (f == HfFamily::Qwen2Moe || f == HfFamily::Qwen3Moe) qwen_moe_config(f, a, c);
   return c;
 }
 

@@ -1,5 +1,6 @@
-// Hugging Face <-> megatron.cpp weights: Llama 2/3, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE and GPT-2 checkpoints
-// (config.json + model.safetensors, or model.safetensors.index.json + shards) to our global tensors, and back.
+// Hugging Face <-> megatron.cpp weights: Llama 2/3, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE and GPT-2
+// checkpoints (config.json + model.safetensors, or model.safetensors.index.json + shards) to our global tensors,
+// and back.
 //
 // Architecture (config.json -> ModelArguments):
 //   Llama/Mistral/Qwen2: RMSNorm (rms_norm_eps), SwiGLU (hidden_act silu; intermediate_size), RoPE (rope_theta,
@@ -21,7 +22,9 @@
 //     1-based, except mlp_only_layers) -> --moe-layer-freq (a list when not every layer); norm_topk_prob false
 //     (softmax over all experts, top-k, not renormalised) -> --moe-router-pre-softmax, true -> Mixtral's router;
 //     router_aux_loss_coef -> --moe-aux-loss-coeff.
-//   Qwen2-MoE is refused, naming what is missing (shared_expert_gate).
+//   Qwen2-MoE: Qwen2's attention (q/k/v biases: qkv_bias, default true), its MoE layers and router as Qwen3-MoE's,
+//     and a shared expert on every MoE layer: shared_expert_intermediate_size -> --moe-shared-expert-intermediate-size
+//     with its per-token sigmoid gate -> --moe-shared-expert-gate.
 //   GPT-2: LayerNorm (layer_norm_epsilon), GELU tanh (gelu_new), learned positions (n_positions), tied, biases.
 //   Vocabulary: vocab_size as in HF; our padded rows (make_vocab_size_divisible_by 128) are zero on import and
 //   dropped on export.
@@ -30,8 +33,10 @@
 //     heads, then key head j, then value head j (the fused layout of nn/attention.h); biases alike.
 //   gate_proj, up_proj -> linear_fc1 = [gate; up]; down_proj -> linear_fc2; o_proj -> linear_proj.
 //   q_norm/k_norm [d] -> self_attention.q_layernorm/k_layernorm.weight.
-//   Qwen3-MoE mlp.gate [E, h] -> mlp.router.weight; mlp.experts.e.gate_proj, up_proj, down_proj as Mixtral's
-//     w1, w3, w2 below (hf_host_tensors.h).
+//   Qwen2-MoE and Qwen3-MoE mlp.gate [E, h] -> mlp.router.weight; mlp.experts.e.gate_proj, up_proj, down_proj as
+//     Mixtral's w1, w3, w2 below (hf_host_tensors.h); Qwen2-MoE's mlp.shared_expert.gate_proj, up_proj ->
+//     mlp.shared_experts.linear_fc1 = [gate; up], down_proj -> linear_fc2, mlp.shared_expert_gate [1, h] ->
+//     mlp.shared_experts.gate_weight.
 //   Mixtral block_sparse_moe.gate [E, h] -> mlp.router.weight; experts.e.w1 (gate), w3 (up) [F, h] ->
 //     mlp.experts.linear_fc1.weight[e] = [w1; w3] ([E, 2F, h]); experts.e.w2 [h, F] -> linear_fc2.weight[e]
 //     ([E, h, F]). transformers 5's fused layout (mlp.gate, mlp.experts.gate_up_proj [E, 2F, h] = [gate; up]
@@ -60,9 +65,8 @@
 
 namespace megatron::checkpoint {
 
-enum class HfFamily { Llama, Mistral, Qwen2, Qwen3, GPT2, Mixtral, Qwen3Moe };
-// "llama", "mistral", "qwen2", "qwen3", "gpt2", "mixtral", "qwen3_moe"; others throw (Qwen2-MoE naming what is
-// missing).
+enum class HfFamily { Llama, Mistral, Qwen2, Qwen3, GPT2, Mixtral, Qwen2Moe, Qwen3Moe };
+// "llama", "mistral", "qwen2", "qwen3", "gpt2", "mixtral", "qwen2_moe", "qwen3_moe"; others throw.
 HfFamily parse_hf_family(const std::string& name);
 const char* hf_family_name(HfFamily f);
 

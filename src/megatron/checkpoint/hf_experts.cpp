@@ -1,4 +1,4 @@
-// The sparse MoE blocks of Mixtral and Qwen3-MoE <-> our MoE layer's router and grouped experts
+// The sparse MoE blocks of Mixtral, Qwen2-MoE and Qwen3-MoE <-> our MoE layer's router and grouped experts
 // (hf_host_tensors.h states the mapping). The stacked expert tensors hold expert e's matrix at index e of
 // dimension 0, so stacking and splitting are row operations on [E * rows, cols] views.
 #include "megatron/checkpoint/hf_host_tensors.h"

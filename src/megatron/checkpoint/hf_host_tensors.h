@@ -47,8 +47,9 @@ struct ExpertDims {
   int64_t E, F, h;
 };
 // Whose per-expert names: Mixtral's (model.layers.i.block_sparse_moe.gate.weight, .experts.e.w1 (gate), w3 (up),
-// w2 (down)) or Qwen3-MoE's (model.layers.i.mlp.gate.weight, .mlp.experts.e.gate_proj, up_proj, down_proj).
-enum class ExpertFamily { Mixtral, Qwen3Moe };
+// w2 (down)) or Qwen2-MoE's and Qwen3-MoE's (model.layers.i.mlp.gate.weight, .mlp.experts.e.gate_proj, up_proj,
+// down_proj).
+enum class ExpertFamily { Mixtral, QwenMoe };
 // HF layer i's router and experts -> our decoder.layers.i.mlp.router.weight [E, h],
 // mlp.experts.linear_fc1.weight [E, 2F, h] (expert e: [gate_e; up_e]) and mlp.experts.linear_fc2.weight
 // [E, h, F] (down_e). Reads either layout transformers writes: the family's per-expert one, or the fused one of

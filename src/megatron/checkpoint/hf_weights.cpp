@@ -52,6 +52,7 @@ struct ModelDims {
   bool bias;      // linear layers have biases
   bool qkv_bias;  // linear_qkv has one (every linear's, or --add-qkv-bias)
   bool qk_norm;   // --qk-layernorm: q_layernorm and k_layernorm (HF's q_norm, k_norm)
+  int64_t shared_F;  // the shared experts' width (0: none)
   std::vector<bool> moe_layers;  // per layer: its MLP is an MoE block of `experts`
   ExpertDims experts;
   bool any_moe() const { return std::find(moe_layers.begin(), moe_layers.end(), true) != moe_layers.end(); }
@@ -70,12 +71,34 @@ ModelDims model_dims(const train::Arguments& a) {
           !m.disable_bias_linear,
           !m.disable_bias_linear || m.add_qkv_bias,
           m.qk_layernorm,
+          e.num_experts > 0 ? e.moe_shared_expert_intermediate_size : 0,
           e.num_experts > 0 ? train::parse_moe_layer_freq(e.moe_layer_freq, m.num_layers)
                             : std::vector<bool>(size_t(std::max(m.num_layers, 0)), false),
           {e.num_experts, e.moe_ffn_hidden_size > 0 ? e.moe_ffn_hidden_size : m.ffn_hidden_size, m.hidden_size}};
 }
 
-ExpertFamily expert_family(HfFamily f) { return f == HfFamily::Qwen3Moe ? ExpertFamily::Qwen3Moe : ExpertFamily::Mixtral; }
+ExpertFamily expert_family(HfFamily f) { return f == HfFamily::Mixtral ? ExpertFamily::Mixtral : ExpertFamily::QwenMoe; }
+
+// Qwen2-MoE's shared expert of layer i (mlp.shared_expert.gate_proj, up_proj [Fs, h], down_proj [h, Fs]) and its
+// sigmoid gate (mlp.shared_expert_gate.weight [1, h]) <-> our mlp.shared_experts.linear_fc1 = [gate; up],
+// linear_fc2 and gate_weight (--moe-shared-expert-gate).
+void shared_expert_from_hf(Source& hf, TensorMap& out, int i, int64_t Fs, int64_t h) {
+  const std::string p = "model.layers." + std::to_string(i) + ".mlp.";
+  const std::string o = "decoder.layers." + std::to_string(i) + ".mlp.shared_experts.";
+  out[o + "linear_fc1.weight"] = concat_rows(
+      {&hf.take(p + "shared_expert.gate_proj.weight", {Fs, h}), &hf.take(p + "shared_expert.up_proj.weight", {Fs, h})});
+  out[o + "linear_fc2.weight"] = hf.take(p + "shared_expert.down_proj.weight", {h, Fs});
+  out[o + "gate_weight"] = hf.take(p + "shared_expert_gate.weight", {1, h});
+}
+void shared_expert_to_hf(Source& ours, TensorMap& out, int i, int64_t Fs, int64_t h) {
+  const std::string p = "decoder.layers." + std::to_string(i) + ".mlp.shared_experts.";
+  const std::string o = "model.layers." + std::to_string(i) + ".mlp.";
+  const HostTensor& fc1 = ours.take(p + "linear_fc1.weight", {2 * Fs, h});
+  out[o + "shared_expert.gate_proj.weight"] = slice_rows(fc1, 0, Fs);
+  out[o + "shared_expert.up_proj.weight"] = slice_rows(fc1, Fs, 2 * Fs);
+  out[o + "shared_expert.down_proj.weight"] = ours.take(p + "linear_fc2.weight", {h, Fs});
+  out[o + "shared_expert_gate.weight"] = ours.take(p + "gate_weight", {1, h});
+}
 
 // GPT-2 block i -> decoder layer i: Conv1D weights are stored [in, out] (transposed here); c_attn holds
 // q, k and v one after the other.
@@ -122,6 +145,7 @@ void llama_layer_from_hf(HfFamily f, Source& hf, TensorMap& out, int i, const Mo
   }
   if (s.moe_layers[size_t(i)]) {
     moe_block_from_hf(expert_family(f), hf, out, i, s.experts);
+    if (s.shared_F > 0) shared_expert_from_hf(hf, out, i, s.shared_F, h);
   } else {
     out[ours + "mlp.linear_fc1.weight"] =
         concat_rows({&hf.take(p + "mlp.gate_proj.weight", {F, h}), &hf.take(p + "mlp.up_proj.weight", {F, h})});
@@ -205,7 +229,7 @@ void llama_biases_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const M
     out[o + "self_attn.o_proj.bias"] = proj_b;
     drop(p + "mlp.linear_fc1.bias", fc1_b);
     drop(p + "mlp.linear_fc2.bias", fc2_b);
-  } else if (f == HfFamily::Qwen2) {
+  } else if (f == HfFamily::Qwen2 || f == HfFamily::Qwen2Moe) {
     out[o + "self_attn.q_proj.bias"] = qb;
     out[o + "self_attn.k_proj.bias"] = kb;
     out[o + "self_attn.v_proj.bias"] = vb;
@@ -228,11 +252,12 @@ void llama_qkv_bias_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const
   const std::string o = "model.layers." + std::to_string(i) + ".";
   HostTensor qb, kb, vb;
   split_qkv(ours.take(p + "self_attention.linear_qkv.bias", {g * (n / g + 2) * d}), n, g, d, qb, kb, vb);
-  if (f != HfFamily::Qwen2 && f != HfFamily::Llama && f != HfFamily::Qwen3) {
+  const bool qkv_only = f == HfFamily::Qwen2 || f == HfFamily::Qwen2Moe;
+  if (!qkv_only && f != HfFamily::Llama && f != HfFamily::Qwen3) {
     for (const auto* t : {&qb, &kb, &vb}) drop(p + "self_attention.linear_qkv.bias", *t);
     return;
   }
-  if (f != HfFamily::Qwen2) out[o + "self_attn.o_proj.bias"] = make(qb.dtype, {s.h});
+  if (!qkv_only) out[o + "self_attn.o_proj.bias"] = make(qb.dtype, {s.h});
   out[o + "self_attn.q_proj.bias"] = qb;
   out[o + "self_attn.k_proj.bias"] = kb;
   out[o + "self_attn.v_proj.bias"] = vb;
@@ -256,6 +281,7 @@ void llama_layer_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const Mo
   }
   if (s.moe_layers[size_t(i)]) {
     moe_block_to_hf(expert_family(f), ours, out, i, s.experts);
+    if (s.shared_F > 0) shared_expert_to_hf(ours, out, i, s.shared_F, h);
   } else {
     const HostTensor& fc1 = ours.take(p + "mlp.linear_fc1.weight", {2 * F, h});
     out[o + "mlp.gate_proj.weight"] = slice_rows(fc1, 0, F);
@@ -269,7 +295,7 @@ void llama_layer_to_hf(HfFamily f, Source& ours, TensorMap& out, int i, const Mo
 // Experts belong to Mixtral (on every layer) and Qwen3-MoE, q/k norms to Qwen3 and Qwen3-MoE: anything else is a
 // caller's mistake (hf_config_from_model explains it to users).
 void check_layers_fit(HfFamily f, const ModelDims& s) {
-  const bool sparse = f == HfFamily::Mixtral || f == HfFamily::Qwen3Moe;
+  const bool sparse = f == HfFamily::Mixtral || f == HfFamily::Qwen2Moe || f == HfFamily::Qwen3Moe;
   MEGATRON_CHECK(s.any_moe() == sparse, "convert: ", hf_family_name(f),
                  s.any_moe() ? " has no experts, but this model has MoE layers" : " needs MoE layers (--num-experts)");
   MEGATRON_CHECK(f != HfFamily::Mixtral || s.all_moe(), "convert: mixtral has an MoE block on every layer");
