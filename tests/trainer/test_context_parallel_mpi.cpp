@@ -72,7 +72,10 @@ std::vector<Layout> layouts() {
 TEST(ContextParallelTraining, EveryLayoutTrainsLikeOneRank) {
   auto world = testing::mpi_world();
   ASSERT_EQ(world->size(), 8) << "run with mpiexec -np 8";
-  expect_layouts_train_like_one_rank(*world, layouts(), {{"gpt", kGpt}, {"llama", kLlama}}, make_args);
+  std::vector<std::string> qwen3 = kLlama;  // the q/k norms run before RoPE, on each rank's own tokens
+  qwen3.push_back("--qk-layernorm");
+  expect_layouts_train_like_one_rank(*world, layouts(), {{"gpt", kGpt}, {"llama", kLlama}, {"qwen3", qwen3}},
+                                     make_args);
 }
 
 }  // namespace
