@@ -138,8 +138,8 @@ void mixtral_arguments(const json& c, train::Arguments& a, std::vector<std::stri
     unsupported.push_back("router_jitter_noise " + c["router_jitter_noise"].dump() + " (no router input jitter)");
 }
 
-// Qwen2-MoE's and Qwen3-MoE's sparse blocks: on layer i (0-based) when (i + 1) % decoder_sparse_step == 0 and i is not in
-// mlp_only_layers; the other layers are dense (intermediate_size).
+// Qwen2-MoE's and Qwen3-MoE's sparse blocks: on layer i (0-based) when (i + 1) % decoder_sparse_step == 0 and i
+// is not in mlp_only_layers; the other layers are dense (intermediate_size).
 std::vector<bool> qwen_moe_layers(const json& c, int num_layers, std::vector<std::string>& unsupported) {
   const int step = get_or<int>(c, "decoder_sparse_step", 1);
   std::vector<bool> moe(size_t(std::max(num_layers, 0)), false);

@@ -77,7 +77,9 @@ ModelDims model_dims(const train::Arguments& a) {
           {e.num_experts, e.moe_ffn_hidden_size > 0 ? e.moe_ffn_hidden_size : m.ffn_hidden_size, m.hidden_size}};
 }
 
-ExpertFamily expert_family(HfFamily f) { return f == HfFamily::Mixtral ? ExpertFamily::Mixtral : ExpertFamily::QwenMoe; }
+ExpertFamily expert_family(HfFamily f) {
+  return f == HfFamily::Mixtral ? ExpertFamily::Mixtral : ExpertFamily::QwenMoe;
+}
 
 // Qwen2-MoE's shared expert of layer i (mlp.shared_expert.gate_proj, up_proj [Fs, h], down_proj [h, Fs]) and its
 // sigmoid gate (mlp.shared_expert_gate.weight [1, h]) <-> our mlp.shared_experts.linear_fc1 = [gate; up],

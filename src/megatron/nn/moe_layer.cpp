@@ -82,9 +82,10 @@ void MoELayer::shared_forward(Context& ctx, MoESaved& s, const Tensor& out, cons
   s.gate_logits = ctx.empty({T, 1}, x.dtype());
   linear_forward(ctx, s.gate_logits, x, shared_gate, nullptr);
   const DType f32 = x.dtype() == DType::F64 ? DType::F64 : DType::F32;  // the router's probabilities' dtype
-  Tensor gate = ctx.empty({T, 1}, f32), index = ctx.empty({T, 1}, DType::I32);
+  Tensor gate = ctx.empty({T, 1}, f32);
+  s.gate_index = ctx.empty({T, 1}, DType::I32);
   s.gate_scores = ctx.empty({T, 1}, f32);
-  ops::router_topk_forward(ctx, gate, index, s.gate_scores, s.gate_logits, Tensor(), kSigmoidGate);
+  ops::router_topk_forward(ctx, gate, s.gate_index, s.gate_scores, s.gate_logits, Tensor(), kSigmoidGate);
   ops::scale_rows(ctx, out, pre, gate.view({T}));
   if (drop) s.shared = MLPSaved(), s.shared_dropped = true;
   else s.shared_out = pre;
@@ -106,13 +107,12 @@ void MoELayer::shared_backward(Context& ctx, MoESaved& s, const Tensor& dx, cons
       dgate = ctx.empty({T, 1}, s.gate_scores.dtype());
       ops::cast(ctx, dgate, sums.view({T, 1}));
     }
-    Tensor dlogits = ctx.empty({T, 1}, dout.dtype()), index = ctx.empty({T, 1}, DType::I32);
-    ops::fill(ctx, index, 0.0);
-    ops::router_topk_backward(ctx, dlogits, dgate, s.gate_scores, index, s.gate_logits, kSigmoidGate);
+    Tensor dlogits = ctx.empty({T, 1}, dout.dtype());
+    ops::router_topk_backward(ctx, dlogits, dgate, s.gate_scores, s.gate_index, s.gate_logits, kSigmoidGate);
     Tensor dx_gate = ctx.empty({T, h}, dout.dtype());
     linear_backward(ctx, dx_gate, dlogits, s.gate_x, shared_gate, nullptr);
     ops::add(ctx, dx, dx, dx_gate);
-    s.gate_x = s.gate_logits = s.gate_scores = s.shared_out = Tensor();
+    s.gate_x = s.gate_logits = s.gate_scores = s.gate_index = s.shared_out = Tensor();
   }
   Tensor dx_shared = ctx.empty({T, h}, dout.dtype());
   shared_experts->backward(ctx, std::move(s.shared), dx_shared, dshared);

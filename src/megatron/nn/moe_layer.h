@@ -52,9 +52,10 @@ struct MoESaved {
   ExpertsSaved experts;
   MLPSaved shared;
   bool shared_dropped = false;  // selective "shared_experts": `shared` is made again by the backward
-  // --moe-shared-expert-gate: the gate's input x, logits [T, 1], sigmoid scores [T, 1] (F32) and the shared
-  // experts' output before the gate [T, h] (undefined when dropped: the backward makes it again).
-  Tensor gate_x, gate_logits, gate_scores, shared_out;
+  // --moe-shared-expert-gate: the gate's input x, logits [T, 1], sigmoid scores [T, 1] (F32; F64 for F64
+  // models), the router op's index column [T, 1] (all 0) and the shared experts' output before the gate
+  // [T, h] (undefined when dropped: the backward makes it again).
+  Tensor gate_x, gate_logits, gate_scores, gate_index, shared_out;
   int64_t tokens = 0;  // T
 };
 
