@@ -4,11 +4,14 @@
 // pair, F32 (reductions, 1e-6) and BF16 (data movement, exact), odd row and column counts; a group of one
 // leaves tensors untouched; shape errors name the group and the shapes; the pipelined collectives of
 // --tp-comm-overlap against the same direct computation. Suite TensorParallelMappingsGpu runs the same checks on
-// two GPUs through NCCL with the overlapped (side-stream) forms, and through the copy engines.
+// 2, 4 or 8 GPUs (TP over every rank) through NCCL with the overlapped (side-stream) forms, and through the copy engines.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <thread>
 
 #include "harness.h"
 #include "megatron/comm/self_communicator.h"
@@ -264,24 +267,24 @@ TEST(TensorParallelMappings, ShapeErrorsNameTheGroupAndShapes) {
 }
 
 #if MEGATRON_WITH_NCCL
-// Two ranks with a GPU each: each rank's context and the NCCL group over both (null context: skip the test).
-struct TwoGpus {
+// Two or more ranks with a GPU each: each rank's context and the NCCL group over all (null context: skip the test).
+struct RankGpus {
   std::unique_ptr<Context> ctx;
   std::shared_ptr<comm::Communicator> nccl;
 };
-TwoGpus two_gpus() {
+RankGpus rank_gpus() {
   auto world = testing::mpi_world();
   const int count = cuda_device_count();
-  if (count == 0 || world->size() != 2 || testing::mpi_runtime().local_size() > count) return {};
+  if (count == 0 || world->size() < 2 || testing::mpi_runtime().local_size() > count) return {};
   const Device device = Device::cuda(testing::mpi_runtime().local_rank() % count);
-  TwoGpus g{Context::create(device), nullptr};
+  RankGpus g{Context::create(device), nullptr};
   g.nccl = comm::NcclCommunicator::create(*world, device.index, "tp", comm::timeout_from_minutes(2.0));
   return g;
 }
 
-TEST(TensorParallelMappingsGpu, MatchDirectComputationOnTwoGpusWithOverlap) {
-  const auto [ctx, nccl] = two_gpus();
-  if (!ctx) GTEST_SKIP() << "needs 2 ranks with a GPU each";
+TEST(TensorParallelMappingsGpu, MatchDirectComputationOnGpusWithOverlap) {
+  const auto [ctx, nccl] = rank_gpus();
+  if (!ctx) GTEST_SKIP() << "needs 2 or more ranks with a GPU each";
   for (bool async : {false, true}) {
     SCOPED_TRACE(async ? "side stream" : "ctx stream");
     Env e{*ctx, TensorParallel::create(*ctx, nccl, true), async};
@@ -291,8 +294,8 @@ TEST(TensorParallelMappingsGpu, MatchDirectComputationOnTwoGpusWithOverlap) {
 }
 
 TEST(TensorParallelMappingsGpu, PipelinedCollectivesByCopyEnginesAndByNcclMatchDirectComputation) {
-  const auto [ctx, nccl] = two_gpus();
-  if (!ctx) GTEST_SKIP() << "needs 2 ranks with a GPU each";
+  const auto [ctx, nccl] = rank_gpus();
+  if (!ctx) GTEST_SKIP() << "needs 2 or more ranks with a GPU each";
   for (bool copy_engine : {true, false}) {
     SCOPED_TRACE(copy_engine ? "copy engines" : "NCCL point-to-point");
     Env e{*ctx, TensorParallel::create(*ctx, nccl, true)};
@@ -302,10 +305,48 @@ TEST(TensorParallelMappingsGpu, PipelinedCollectivesByCopyEnginesAndByNcclMatchD
       check_pipelined_collectives(e, dt);
       check_sequence_pairs(e, dt);
     }
-    if (copy_engine) {  // the two GPUs of one machine map each other's memory: the exchanges were used, not NCCL
+    if (copy_engine) {  // the GPUs of one machine map each other's memory: the exchanges were used, not NCCL
       EXPECT_NE(e.tp.peers->get(*ctx, *nccl, 1), nullptr);
       EXPECT_NE(e.tp.bulk_peers->get(*ctx, *nccl, 1), nullptr);
     }
+  }
+}
+
+// An async reduce-scatter whose input the caller drops right after issuing it (as a linear's backward drops its
+// whole-sequence input gradient before the weight-gradient GEMM): the PendingCollective keeps the input until
+// wait(), so the NaN that ctx's stream writes into fresh allocations of the same size meanwhile cannot reach the
+// collective. The other ranks issue theirs 200 ms later, so the collective is still waiting for them while the
+// fills run: without the hold, the caching allocator hands the dropped block to the first fill.
+TEST(TensorParallelMappingsGpu, AsyncCollectiveHoldsItsTensorsUntilWait) {
+  const auto [ctx, nccl] = rank_gpus();
+  if (!ctx) GTEST_SKIP() << "needs 2 or more ranks with a GPU each";
+  Env e{*ctx, TensorParallel::create(*ctx, nccl, true)};
+  const int P = e.tp.size(), me = e.tp.rank();
+  const int64_t rows = 1024, cols = 4096;  // 16 MiB a chunk: more than NCCL buffers before the peers arrive
+  const DType dt = DType::F32;
+  std::vector<double> want(size_t(rows * cols), 0.0);
+  for (int r = 0; r < P; ++r) {
+    const std::vector<double> v = values({rows * P, cols}, dt, "held reduce-scatter", r);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += v[size_t(me * rows * cols) + i];
+  }
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(str_cat("round ", round));
+    Tensor dx = ctx->empty({rows, cols}, dt);
+    PendingCollective pending;
+    {
+      const Tensor dout = input(e, {rows * P, cols}, dt, "held reduce-scatter", me);
+      ctx->synchronize();
+      nccl->barrier();
+      if (me != 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      pending = gather_from_sp_backward(*ctx, e.tp, dx, dout, /*async=*/true);
+    }
+    std::vector<Tensor> fills;
+    for (int i = 0; i < 4; ++i) {
+      fills.push_back(ctx->empty({rows * P, cols}, dt));
+      ops::fill(*ctx, fills.back(), std::numeric_limits<double>::quiet_NaN());
+    }
+    pending.wait(*ctx);
+    expect_near(read(e, dx), want, 1e-5, "reduce-scattered rows");
   }
 }
 #endif

@@ -130,13 +130,14 @@ void PendingCollective::wait(Context& ctx) {
   }
   if (fork_ != nullptr) fork_->join(ctx);
   fork_ = nullptr;
+  in_use_.clear();  // after the join: work queued from here on follows the collective
 }
 
 PendingCollective copy_to_tp_backward(Context& ctx, const TensorParallel& tp, const Tensor& dx, bool async) {
   if (!tp.enabled()) return {};
   Issue i = issue(ctx, tp, async);
   tp.group->all_reduce(dx, comm::ReduceOp::Sum, i.stream);
-  return PendingCollective(i.fork);
+  return PendingCollective(i.fork, {dx});
 }
 
 void reduce_from_tp_forward(Context& ctx, const TensorParallel& tp, const Tensor& y) {
@@ -178,7 +179,7 @@ PendingCollective gather_from_sp_forward(Context& ctx, const TensorParallel& tp,
   if (auto px = bulk_exchange(ctx, tp, async, int64_t(x.nbytes()))) return exchange_gather_rows(ctx, tp, px, out, x);
   Issue i = issue(ctx, tp, async);
   tp.group->all_gather(out, x, i.stream);
-  return PendingCollective(i.fork);
+  return PendingCollective(i.fork, {out, x});
 }
 
 PendingCollective gather_from_sp_backward(Context& ctx, const TensorParallel& tp, const Tensor& dx,
@@ -192,7 +193,7 @@ PendingCollective gather_from_sp_backward(Context& ctx, const TensorParallel& tp
     return exchange_reduce_scatter_rows(ctx, tp, px, dx, dout);
   Issue i = issue(ctx, tp, async);
   tp.group->reduce_scatter(dx, dout, comm::ReduceOp::Sum, i.stream);
-  return PendingCollective(i.fork);
+  return PendingCollective(i.fork, {dx, dout});
 }
 
 void reduce_scatter_to_sp_forward(Context& ctx, const TensorParallel& tp, const Tensor& out, const Tensor& x) {
@@ -210,7 +211,7 @@ PendingCollective reduce_scatter_to_sp_backward(Context& ctx, const TensorParall
   }
   Issue i = issue(ctx, tp, async);
   tp.group->all_gather(dx, dout, i.stream);
-  return PendingCollective(i.fork);
+  return PendingCollective(i.fork, {dx, dout});
 }
 
 }  // namespace megatron::parallel

@@ -21,15 +21,18 @@
 // `tp`, the collective is queued on the side stream behind the work already on ctx's stream, so work queued
 // on ctx's stream next (the weight-gradient GEMM) runs concurrently; PendingCollective::wait(ctx) makes
 // ctx's stream wait for it (nothing blocks the host). Without async, or on CPU ranks (MPI completes inside
-// the call), the collective is ordered on ctx's stream and wait() does nothing. The tensors involved must
-// stay alive until wait() (stream_fork.h). With --tp-comm-overlap's copy-engine transport (tp_comm_overlap.h)
-// the async sequence-parallel gather and reduce-scatter push this rank's rows into the peers' staging slots
+// the call), the collective is ordered on ctx's stream and wait() does nothing. The PendingCollective holds
+// the tensors the side stream reads or writes until wait() (stream_fork.h's rule), so a caller may drop its own
+// handles earlier: memory freed to the caching allocator while the side stream still used it would go to the
+// next allocation on ctx's stream and be overwritten under the collective. With --tp-comm-overlap's copy-engine
+// transport (tp_comm_overlap.h) the async sequence-parallel gather and reduce-scatter push this rank's rows into the peers' staging slots
 // instead (tp.bulk_peers, a PeerExchange of their own, so they never queue behind the pipelined collectives
 // that run between their issue and their wait), and wait() copies or adds the peers' rows in, in the fixed
 // order rank - 1, rank - 2, ...
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "megatron/parallel/tensor_parallel.h"
 
@@ -38,17 +41,20 @@ namespace megatron::parallel {
 class PendingCollective {
  public:
   PendingCollective() = default;
-  explicit PendingCollective(StreamFork* fork) : fork_(fork) {}
+  // A collective queued on `fork`'s side stream (null: on ctx's stream, nothing pending) over `in_use`.
+  PendingCollective(StreamFork* fork, std::vector<Tensor> in_use)
+      : fork_(fork), in_use_(fork != nullptr ? std::move(in_use) : std::vector<Tensor>{}) {}
   // A collective whose last part is queued on ctx's stream at wait() by finish(ctx) (the copy-engine forms:
-  // the peers' rows copied or added in as they land).
+  // the peers' rows copied or added in as they land; finish holds the tensors it reads).
   PendingCollective(StreamFork* fork, std::function<void(Context&)> finish)
       : fork_(fork), finish_(std::move(finish)) {}
-  // ctx's stream waits for the collective; idempotent.
+  // ctx's stream waits for the collective, then the tensors are released; idempotent.
   void wait(Context& ctx);
 
  private:
   StreamFork* fork_ = nullptr;
   std::function<void(Context&)> finish_;
+  std::vector<Tensor> in_use_;  // alive until the join: the side stream reads or writes them
 };
 
 // copy_to_tp backward: dx = sum over the TP ranks of dx (in place).
