@@ -1,10 +1,11 @@
 // A tiny GPT trained on CPU must learn: Megatron's mock data (runs of consecutive token ids) is predictable,
 // so the loss must fall well below the uniform-guess level ln(V) within a few dozen iterations. Also: a
 // bf16-free fp32 run is deterministic (two runs, identical losses); --decoupled-lr drives the embeddings and the
-// output layer apart.
+// output layer apart; a NaN loss or gradient norm stops the run, naming the parameters.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -12,6 +13,7 @@
 #include "megatron/data/indexed_dataset.h"
 #include "megatron/train/flags.h"
 #include "megatron/train/model_config.h"
+#include "megatron/trainer/finite_check.h"
 #include "megatron/trainer/trainer.h"
 
 namespace megatron::trainer {
@@ -100,6 +102,67 @@ TEST(Training, MegatronDefaultDropoutsAreReproducibleAndTrain) {
   EXPECT_NE(train_run(no_attention_dropout, Device::cpu(), DType::F32).losses[0], first[0]);
   for (double l : first) EXPECT_TRUE(std::isfinite(l));
   EXPECT_LT(first.back(), first.front() - 0.3) << "and it trains";
+}
+
+// Megatron's --check-for-nan-in-loss-and-grad (on by default): a learning rate of 1e30 sends the weights to
+// infinity in the first update, so the second iteration's loss and gradients are NaN; the run stops there with
+// the iteration, the value and the parameters named, before the optimizer writes NaN into the weights. With
+// --no-check-for-nan-in-loss-and-grad it trains on (Megatron's behaviour with the check off).
+TEST(Training, NanLossOrGradientNormStopsTheRunByDefault) {
+  train::Arguments a = tiny_args(8);
+  a.training.train_iters = 3;
+  a.training.lr = 1e30;
+  a.training.lr_warmup_iters = 0;
+  auto ctx = Context::cpu();
+  nn::GPTModel model(*ctx, train::transformer_config(a.model, DType::F32, uint64_t(a.training.seed)));
+  TrainingData data(a, a.model.vocab_size - 1);
+  SampleStream train = data.stream(data::Split::train);
+  Trainer trainer(*ctx, a, model);
+  EXPECT_TRUE(std::isfinite(trainer.train_step(train, 1).loss));
+  testing::expect_error([&] { trainer.train_step(train, 2); },
+                        {"iteration 2: the loss is NaN and the gradient norm NaN", "holds NaN or Inf gradients in",
+                         "embedding.word_embeddings.weight, ", ", ..., ", "decoder.final_layernorm.bias)",
+                         "--no-check-for-nan-in-loss-and-grad"});
+
+  a.training.no_check_for_nan_in_loss_and_grad = true;
+  const std::vector<double> losses = train_losses(a, nullptr);
+  ASSERT_EQ(losses.size(), 3u);
+  EXPECT_TRUE(std::isfinite(losses[0]));
+  EXPECT_FALSE(std::isfinite(losses[2])) << "unchecked, the run goes on with NaN weights";
+}
+
+// The parameters named are exactly those whose gradient holds a NaN or an Inf, in order.
+TEST(Training, NonfiniteGradientsNamesExactlyTheParametersWithNanOrInf) {
+  Context& ctx = testing::cpu_context();
+  std::vector<nn::Parameter> params;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    params.push_back(nn::make_parameter(ctx, name, Shape{3, 5}, DType::F32, false));
+    testing::fill_random(params.back().main_grad, testing::seed_from(name));
+  }
+  params[1].main_grad.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+  params[3].main_grad.data<float>()[14] = -std::numeric_limits<float>::infinity();
+  nn::ParameterList list;
+  for (nn::Parameter& p : params) list.push_back(&p);
+  EXPECT_EQ(nonfinite_gradients(ctx, list), (std::vector<std::string>{"b", "d"}));
+  EXPECT_NO_THROW(check_finite_step(ctx, 5, 2.5, 1.0, list, 0));
+  EXPECT_NO_THROW(check_finite_step(ctx, 5, 2.5, std::nullopt, list, 0));
+  testing::expect_error([&] { check_finite_step(ctx, 5, 2.5, std::numeric_limits<double>::infinity(), list, 3); },
+                        {"iteration 5: the gradient norm is Inf", "rank 3 holds NaN or Inf gradients in 2 of 4 parameters: b, d"});
+}
+
+// Under fp16's dynamic loss scaling an overflow skips the step, so the check is off there (Megatron's rule);
+// with a constant --loss-scale it stays on.
+TEST(Training, NanCheckIsOffUnderDynamicLossScalingOnly) {
+  train::Arguments a = tiny_args(8);
+  EXPECT_FALSE(a.training.no_check_for_nan_in_loss_and_grad);
+  a.training.fp16 = true;
+  train::Arguments constant = a;
+  constant.training.loss_scale = 1024;
+  train::resolve_and_validate(a);
+  train::resolve_and_validate(constant);
+  EXPECT_TRUE(a.training.no_check_for_nan_in_loss_and_grad);
+  EXPECT_FALSE(constant.training.no_check_for_nan_in_loss_and_grad);
+  EXPECT_TRUE(train::parse_arguments({"--no-check-for-nan-in-loss-and-grad"}).training.no_check_for_nan_in_loss_and_grad);
 }
 
 // --decoupled-lr / --decoupled-min-lr: the word embeddings and the output layer follow their own peak and floor

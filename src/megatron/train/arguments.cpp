@@ -89,6 +89,9 @@ void resolve(Arguments& a) {
   }
   resolve_schedule(a);  // --train-samples -> train_iters, the batch-size schedule, the weight-decay range
   if (t.lr_decay_iters == 0 && t.train_samples == 0) t.lr_decay_iters = t.train_iters;
+  // Megatron: under fp16's dynamic loss scaling a NaN or Inf gradient is an overflow that skips the step, not an
+  // error, so the NaN check is off there.
+  if (t.fp16 && t.loss_scale == 0) t.no_check_for_nan_in_loss_and_grad = true;
   // Megatron: "Disabling sequence parallelism because tensor model parallel size is 1".
   if (a.parallel.tensor_model_parallel_size == 1) {  // Megatron turns both off at TP 1: nothing to split
     a.parallel.sequence_parallel = false;

@@ -157,6 +157,9 @@ struct TrainingArguments {
   bool iterations_from_samples = false;  // resolved: train_iters was derived from --train-samples
   bool global_batch_size_defaulted = false;  // resolved: --global-batch-size was not given (mbs x DP)
   double clip_grad = 1.0;
+  // Megatron's --no-check-for-nan-in-loss-and-grad: by default a NaN or Inf loss or gradient norm stops the run
+  // (trainer/finite_check.h); resolve() sets it under fp16's dynamic loss scaling, where an overflow skips the step.
+  bool no_check_for_nan_in_loss_and_grad = false;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;

@@ -103,6 +103,9 @@ std::vector<FlagSpec> training_flags() {
       flag("--lr-wsd-decay-iters", &A::training, &T::lr_wsd_decay_iters, "WSD anneal iterations (end of decay)"),
       flag("--weight-decay", &A::training, &T::weight_decay, "AdamW weight decay"),
       flag("--clip-grad", &A::training, &T::clip_grad, "global gradient-norm clip"),
+      flag("--no-check-for-nan-in-loss-and-grad", &A::training, &T::no_check_for_nan_in_loss_and_grad,
+           "train on past a NaN or Inf loss or gradient norm (by default the run stops at that iteration and names "
+           "the parameters whose gradients are not finite; off by itself under fp16's dynamic loss scaling)"),
       flag("--adam-beta1", &A::training, &T::adam_beta1, "Adam beta1"),
       flag("--adam-beta2", &A::training, &T::adam_beta2, "Adam beta2"),
       flag("--adam-eps", &A::training, &T::adam_eps, "Adam epsilon"),

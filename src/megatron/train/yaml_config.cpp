@@ -36,7 +36,7 @@ const std::map<std::string, std::string>& harmless_defaults() {
       {"tp_comm_split_ag", "true"},        {"tp_comm_split_rs", "true"},
       {"tp_comm_atomic_ag", "true"},       {"tp_comm_atomic_rs", "true"},
       {"tp_comm_bulk_wgrad", "true"},      {"tp_comm_bulk_dgrad", "true"},
-      {"check_for_nan_in_loss_and_grad", "true"}, {"bert_binary_head", "true"},
+      {"bert_binary_head", "true"},
       {"fp8_interval", "1"},               {"cpu_offloading_num_layers", "0"},
       {"sample_rate", "1.0"},              {"mask_prob", "0.15"},
       {"short_seq_prob", "0.1"},           {"vocab_extra_ids", "0"},

@@ -7,6 +7,7 @@
 #include "megatron/distributed/finalize_model_grads.h"
 #include "megatron/ops/elementwise/elementwise.h"
 #include "megatron/ops/optimizer/optimizer.h"
+#include "megatron/trainer/finite_check.h"
 
 namespace megatron::trainer {
 namespace {
@@ -455,6 +456,10 @@ StepResult Trainer::train_step(SampleStream& train_data, int64_t iteration) {
   r.learning_rate = scheduler_.lr();
   r.grad_norm = prepared.grad_norm;
   r.skipped = prepared.skip_update;
+  if (!args_.training.no_check_for_nan_in_loss_and_grad)  // stop before the update writes NaN into the weights
+    check_finite_step(ctx_, iteration, r.loss,
+                      args_.training.clip_grad > 0 ? std::optional<double>(r.grad_norm) : std::nullopt, parameters(),
+                      parallel_->world_rank());
   // FP8: the iteration's amaxes become the next scales (delayed scaling; reduced over the stage's TP x DP x CP
   // ranks, Transformer Engine's amax group), and the weights' FP8 copies are dropped, to be recast from the
   // updated weights. Before the update: with --fp8-param-gather the optimizer quantises the updated weights
