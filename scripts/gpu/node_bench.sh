@@ -19,10 +19,13 @@
 #             (--moe-per-layer-logging) for the load balance.
 #   overlap   the 8B shape at TP=8 + SP (DP=1, GBS 32) and TP=4 + SP x DP=2 (GBS 64), --tp-comm-overlap off and on.
 #   scripts/gpu/node_bench.sh [plan] [8b] [scaling] [70b] [mixtral] [overlap]   (default: plan 8b)
+# GPUS=4 rehearses the stages on nvidia-h200-x4: the same layouts with DP halved, the global batches scaled to
+# 32 sequences per GPU (GBS_PER_GPU), TP=8 left out; --dry-run-layouts for that many GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export GPUS=8
-source scripts/gpu/two_gpus.sh  # OUT, the environment, MPI (8 ranks)
+export GPUS=${GPUS:-8}
+source scripts/gpu/two_gpus.sh  # OUT, the environment, MPI (GPUS ranks)
+GBS_PER_GPU=${GBS_PER_GPU:-32}  # 256 sequences on 8 GPUs
 STAGES=" ${*:-plan 8b} "
 ITERS=${ITERS:-4}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
@@ -55,13 +58,13 @@ run() {  # run <name> <command...>
 # The planner's first layout for 8 GPUs as flags: "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2
 # ..." from the first row of --dry-run-layouts (TP PP CP DP [EP] recompute model-state ...).
 first_layout() {  # first_layout <model flags...>
-  "$BIN" "$@" "${COMMON[@]}" --train-iters 3 --dry-run-layouts 8 --dry-run-gpu-memory 135 2>&1 | python3 -c '
+  "$BIN" "$@" "${COMMON[@]}" --train-iters 3 --dry-run-layouts "$GPUS" --dry-run-gpu-memory 135 2>&1 | python3 -c '
 import sys
 lines = sys.stdin.read().splitlines()
 head = next((i for i, l in enumerate(lines) if l.split()[:4] == ["TP", "PP", "CP", "DP"]), None)
 if head is None or head + 1 >= len(lines) or not lines[head + 1].split()[0].isdigit():
     tail = " / ".join(l.strip() for l in lines[-3:])
-    sys.exit(f"the planner listed no layout of 8 GPUs that fits: {tail}")
+    sys.exit(f"the planner listed no layout that fits: {tail}")
 cols, row = lines[head].split(), lines[head + 1].split()
 v = dict(zip(cols, row))
 flags = ["--tensor-model-parallel-size", v["TP"], "--pipeline-model-parallel-size", v["PP"],
@@ -83,25 +86,25 @@ print(" ".join(flags))'
 if [[ $STAGES == *" plan "* ]]; then
   for shape in LLAMA3_8B LLAMA_70B MIXTRAL; do
     declare -n args=$shape
-    gbs=(); [ "$shape" = LLAMA3_8B ] && gbs=(--global-batch-size 256)
-    echo "== planner, $shape, 8 GPUs (135 GiB each):"
-    "$BIN" "${args[@]}" "${COMMON[@]}" "${gbs[@]}" --train-iters 3 --dry-run-layouts 8 --dry-run-gpu-memory 135 2>&1 |
+    gbs=(); [ "$shape" = LLAMA3_8B ] && gbs=(--global-batch-size $(( GBS_PER_GPU * GPUS )))
+    echo "== planner, $shape, $GPUS GPUs (135 GiB each):"
+    "$BIN" "${args[@]}" "${COMMON[@]}" "${gbs[@]}" --train-iters 3 --dry-run-layouts "$GPUS" --dry-run-gpu-memory 135 2>&1 |
       grep -A6 -E "^ +TP +PP" | tee "$OUT/node_plan_$shape.txt"
     unset -n args
   done
 fi
 
 if [[ $STAGES == *" 8b "* ]]; then
-  B=(--global-batch-size 256 --train-iters "$ITERS")
+  B=(--global-batch-size $(( GBS_PER_GPU * GPUS )) --train-iters "$ITERS")
   for precision in ${PRECISIONS:-bf16 fp8}; do
     extra=(); [ $precision = fp8 ] && extra=("${FP8[@]}")
     gather=(); [ $precision = fp8 ] && gather=(--fp8-param-gather)
     # shellcheck disable=SC2086
-    run 8b_dp8_$precision "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" "${COMMON[@]}" "${B[@]}" "${DISTOPT[@]}" "${extra[@]}" \
+    run 8b_dp${GPUS}_$precision "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" "${COMMON[@]}" "${B[@]}" "${DISTOPT[@]}" "${extra[@]}" \
       "${gather[@]}"
-    run 8b_tp2_dp4_$precision "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" "${COMMON[@]}" "${B[@]}" "${DISTOPT[@]}" \
+    run 8b_tp2_dp$(( GPUS / 2 ))_$precision "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" "${COMMON[@]}" "${B[@]}" "${DISTOPT[@]}" \
       "${extra[@]}" --tensor-model-parallel-size 2 --sequence-parallel
-    run 8b_tp2_pp2_dp2_$precision "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" "${COMMON[@]}" "${B[@]}" "${DISTOPT[@]}" \
+    run 8b_tp2_pp2_dp$(( GPUS / 4 ))_$precision "${MPI[@]}" "$BIN" "${LLAMA3_8B[@]}" "${COMMON[@]}" "${B[@]}" "${DISTOPT[@]}" \
       "${extra[@]}" --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2 \
       --num-layers-per-virtual-pipeline-stage 8
   done
@@ -112,7 +115,8 @@ if [[ $STAGES == *" scaling "* ]]; then
   HALF[1]=16  # --num-layers 16: fits one GPU with the optimizer on it
   run scaling_1gpu "$BIN" "${HALF[@]}" "${COMMON[@]}" --global-batch-size 32 --train-iters "$ITERS" \
     --use-distributed-optimizer
-  run scaling_dp8 "${MPI[@]}" "$BIN" "${HALF[@]}" "${COMMON[@]}" --global-batch-size 256 --train-iters "$ITERS" \
+  run scaling_dp$GPUS "${MPI[@]}" "$BIN" "${HALF[@]}" "${COMMON[@]}" --global-batch-size $(( 32 * GPUS )) \
+    --train-iters "$ITERS" \
     "${DISTOPT[@]}"
 fi
 
@@ -138,7 +142,8 @@ fi
 
 if [[ $STAGES == *" overlap "* ]]; then
   for tp in 8 4; do
-    gbs=$(( 32 * 8 / tp ))  # 32 at TP=8 (DP=1), 64 at TP=4 (DP=2)
+    [ "$tp" -le "$GPUS" ] || continue
+    gbs=$(( 32 * GPUS / tp ))  # 32 sequences per TP group: 32 at TP=8 (DP=1), 64 at TP=4 x DP=2
     base=("${LLAMA3_8B[@]}" "${COMMON[@]}" --global-batch-size "$gbs" --train-iters "$ITERS" "${DISTOPT[@]}"
           --tensor-model-parallel-size "$tp" --sequence-parallel)
     run "8b_tp${tp}_overlap_off" "${MPI[@]}" "$BIN" "${base[@]}"

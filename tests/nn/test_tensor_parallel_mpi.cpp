@@ -12,8 +12,8 @@
 //     (dropout on: the same masks, or the losses would differ by far more);
 //   - replicated parameters get bit-identical gradients on every TP rank.
 // Column-/row-parallel linears in every mode (gather_output, input_is_parallel, SP) are checked against
-// the TP = 1 layer on the whole tensors. Suite TensorParallelGpu: TP = 2 with and without SP on two GPUs (NCCL, overlapped collectives) in bf16
-// against TP = 1 on each rank's GPU.
+// the TP = 1 layer on the whole tensors. Suite TensorParallelGpu: TP over every rank (2, 4 or 8 GPUs) with and without SP (NCCL, overlapped
+// collectives) in bf16 against TP = 1 on each rank's GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -365,11 +365,12 @@ TEST(TensorParallel, ConfigurationsThatDoNotSplitAreRefusedWithEveryReason) {
 }
 
 #if MEGATRON_WITH_NCCL
-TEST(TensorParallelGpu, TwoGpusMatchOneInBf16) {
+TEST(TensorParallelGpu, GpusMatchOneInBf16) {
   auto world = testing::mpi_world();
   const int count = cuda_device_count();
-  if (count == 0 || world->size() != 2 || testing::mpi_runtime().local_size() > count)
-    GTEST_SKIP() << "needs 2 ranks with a GPU each";
+  if (count == 0 || world->size() < 2 || testing::mpi_runtime().local_size() > count)
+    GTEST_SKIP() << "needs 2 or more ranks with a GPU each";
+  const int tp = world->size();  // TP over every rank (2, 4 or 8 GPUs)
   const Device device = Device::cuda(testing::mpi_runtime().local_rank() % count);
   auto gpu = Context::create(device);
   std::shared_ptr<comm::Communicator> nccl =
@@ -381,7 +382,7 @@ TEST(TensorParallelGpu, TwoGpusMatchOneInBf16) {
     args.kv_channels = 8;  // the fused attention's head dimension multiple
     args.seq_length = 32;
     args.hidden_dropout = 0.1;
-    const TransformerConfig config = train::transformer_config(args, DType::BF16, 17, 2);
+    const TransformerConfig config = train::transformer_config(args, DType::BF16, 17, tp);
     const Batch host = make_batch(cpu, 2, args.seq_length, args.vocab_size);
     Batch batch{to_device(*gpu, host.tokens, device, cpu.allocator()), to_device(*gpu, host.labels, device, cpu.allocator()),
                 to_device(*gpu, host.mask, device, cpu.allocator())};
@@ -391,7 +392,7 @@ TEST(TensorParallelGpu, TwoGpusMatchOneInBf16) {
     std::map<std::string, Parameter*> ref_params;
     for (Parameter* p : ref.parameters()) ref_params[p->name] = p;
     for (bool sp : {false, true}) {
-      SCOPED_TRACE(sp ? "TP=2 SP" : "TP=2");
+      SCOPED_TRACE(str_cat("TP=", tp, sp ? " SP" : ""));
       GPTModel model(*gpu, config, parallel::TensorParallel::create(*gpu, nccl, sp));
       randomize(*gpu, model);
       const double loss = model.forward_backward(*gpu, batch.tokens, batch.labels, batch.mask, {.dropout_step = 3});

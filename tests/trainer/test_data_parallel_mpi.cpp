@@ -181,14 +181,15 @@ TEST(DataParallel, EachRankReadsItsMicroBatchesOfTheGlobalBatch) {
 }
 
 #if MEGATRON_WITH_NCCL
-// The same on two GPUs through NCCL, in bf16 (the GPU model's dtype): DP=2 with the distributed optimizer
-// and every overlap on, against DP=1 computed by each rank on its own GPU. bf16 activations make the
-// comparison approximate; the replicas must still be bit-identical.
-TEST(DataParallelGpu, TwoGpusMatchOneInBf16) {
+// The same on 2, 4 or 8 GPUs through NCCL, in bf16 (the GPU model's dtype): DP over every rank, with the
+// distributed optimizer and every overlap on, against DP=1 computed by each rank on its own GPU. bf16
+// activations make the comparison approximate; the replicas must still be bit-identical.
+TEST(DataParallelGpu, GpusMatchOneInBf16) {
   auto world = testing::mpi_world();
   const int count = cuda_device_count();
-  if (count == 0 || world->size() != 2 || testing::mpi_runtime().local_size() > count)
-    GTEST_SKIP() << "needs 2 ranks with a GPU each";
+  if (count == 0 || world->size() < 2 || testing::mpi_runtime().local_size() > count)
+    GTEST_SKIP() << "needs 2 or more ranks with a GPU each";
+  const int dp = world->size();  // DP over every rank (2, 4 or 8 GPUs)
   const Device device = Device::cuda(testing::mpi_runtime().local_rank() % count);
   std::shared_ptr<comm::Communicator> nccl =
       comm::NcclCommunicator::create(*world, device.index, "world", comm::timeout_from_minutes(2.0));
@@ -203,7 +204,7 @@ TEST(DataParallelGpu, TwoGpusMatchOneInBf16) {
     flags.insert(flags.end(), {"--overlap-grad-reduce"});
     if (distributed) flags.insert(flags.end(), {"--use-distributed-optimizer", "--overlap-param-gather"});
     const parallel::ParallelContext pc = parallel::ParallelContext::create(nccl);
-    TrainedRun run = train(tiny_args(2, flags), pc, data, device);
+    TrainedRun run = train(tiny_args(dp, flags), pc, data, device);
     for (int it = 0; it < kIterations; ++it) {
       expect_rel(run.losses[it], reference.losses[it], 5e-3, str_cat("loss of iteration ", it + 1));
       expect_rel(run.grad_norms[it], reference.grad_norms[it], 2e-2, str_cat("grad norm of iteration ", it + 1));
@@ -217,7 +218,7 @@ TEST(DataParallelGpu, TwoGpusMatchOneInBf16) {
       }
       EXPECT_LE(std::sqrt(diff), 2e-2 * std::sqrt(norm) + 1e-6) << reference.names[i];
     }
-    expect_replicas_identical(run, *world, distributed ? "DP=2 GPU distributed" : "DP=2 GPU replicated");
+    expect_replicas_identical(run, *world, str_cat("DP=", dp, distributed ? " GPU distributed" : " GPU replicated"));
   }
 }
 #endif
