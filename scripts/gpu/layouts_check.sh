@@ -50,7 +50,8 @@ if [[ $GROUPS_RUN == *" dense "* ]]; then
   run dp${GPUS}_distopt "$GPUS" "${DISTOPT[@]}"
   run tp${GPUS}_sp "$GPUS" --tensor-model-parallel-size "$GPUS" --sequence-parallel
   run tp${GPUS}_sp_overlap "$GPUS" --tensor-model-parallel-size "$GPUS" --sequence-parallel --tp-comm-overlap
-  run pp${GPUS}_interleaved "$GPUS" --pipeline-model-parallel-size "$GPUS" --num-layers-per-virtual-pipeline-stage 1
+  interleave=(); [ $(( 8 / GPUS )) -ge 2 ] && interleave=(--num-layers-per-virtual-pipeline-stage 1)  # PP=8: 1F1B
+  run pp${GPUS} "$GPUS" --pipeline-model-parallel-size "$GPUS" "${interleave[@]}"
   run cp${GPUS}_p2p "$GPUS" --context-parallel-size "$GPUS" --cp-comm-type p2p
   run cp${GPUS}_a2a "$GPUS" --context-parallel-size "$GPUS" --cp-comm-type a2a
   if [ "$GPUS" -ge 4 ]; then
@@ -58,7 +59,7 @@ if [[ $GROUPS_RUN == *" dense "* ]]; then
       --pipeline-model-parallel-size 2 "${DISTOPT[@]}"
     run tp2_cp$HALF "$GPUS" --tensor-model-parallel-size 2 --sequence-parallel --context-parallel-size "$HALF"
 fi
-for name in dp${GPUS}_distopt tp${GPUS}_sp tp${GPUS}_sp_overlap pp${GPUS}_interleaved cp${GPUS}_p2p cp${GPUS}_a2a \
+for name in dp${GPUS}_distopt tp${GPUS}_sp tp${GPUS}_sp_overlap pp${GPUS} cp${GPUS}_p2p cp${GPUS}_a2a \
             tp2_pp2_dp$(( GPUS / 4 )) tp2_cp$HALF; do
   [ -f "$OUT/layout_$name.log" ] && compare one_gpu "$name"
 done
