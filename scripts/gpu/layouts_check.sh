@@ -4,7 +4,9 @@
 # seq 2048, bf16, mock data, the same seed) for ITERS iterations, and its losses are held to one GPU's run of the
 # same model (scripts/gpu/compare_losses.py). The CPU suites prove these layouts equal to one rank in fp32; this
 # is the GPU smoke at more than two ranks: nothing hangs, the copy-engine rings close over every GPU, and the
-# losses track one GPU's within bf16's reduction-order noise. Logs in $OUT/layout_*.log, a table last.
+# losses track one GPU's within bf16's reduction-order noise (LOSS_TOL, default 2e-2 relative at any iteration; the
+# four-GPU runs of 2026-11-29 stayed under 5.5e-3). Logs in $OUT/layout_*.log, a table last; the exit status is 1
+# when a run failed or a layout's losses left the bound.
 #   GPUS=4 scripts/gpu/layouts_check.sh [dense] [moe] [fp8]   (default: all three groups)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,6 +29,8 @@ DISTOPT=(--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gathe
 HALF=$(( GPUS / 2 ))
 GROUPS_RUN=" ${*:-dense moe fp8} "
 rows=()
+failed=()
+LOSS_TOL=${LOSS_TOL:-2e-2}
 
 run() {  # run <name> <ranks> <flags...>: one pretrain_gpt run, its log $OUT/layout_<name>.log
   local name=$1 ranks=$2
@@ -39,10 +43,15 @@ run() {  # run <name> <ranks> <flags...>: one pretrain_gpt run, its log $OUT/lay
   timeout -k 10 "$RUN_TIMEOUT" "${launch[@]}" "$BIN" "${MODEL[@]}" "$@" >>"$OUT/layout_$name.log" 2>&1
   local rc=$?
   echo "$name: rc $rc, $(( $(date +%s) - t0 )) s"
-  [ $rc -eq 0 ] || grep -iE "error|watchdog|timed out|out of memory" "$OUT/layout_$name.log" | head -3
+  [ $rc -eq 0 ] && return
+  failed+=("$name (exit status $rc)")
+  grep -iE "error|watchdog|timed out|out of memory" "$OUT/layout_$name.log" | head -3
 }
 compare() {  # compare <reference> <name>
-  rows+=("$(python3 scripts/gpu/compare_losses.py "$OUT/layout_$1.log" "$OUT/layout_$2.log" "$2 vs $1")")
+  local row
+  row=$(python3 scripts/gpu/compare_losses.py "$OUT/layout_$1.log" "$OUT/layout_$2.log" "$2 vs $1" --max-rel "$LOSS_TOL")
+  [ $? -eq 0 ] || failed+=("$2 (losses)")
+  rows+=("$row")
 }
 
 if [[ $GROUPS_RUN == *" dense "* ]]; then
@@ -93,3 +102,7 @@ fi
 echo
 echo "================ layouts_check: losses against one GPU over $ITERS iterations ($GPUS GPUs, bf16) ================"
 printf '%s\n' "${rows[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
