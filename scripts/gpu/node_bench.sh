@@ -19,6 +19,7 @@
 #             (--moe-per-layer-logging) for the load balance.
 #   overlap   the 8B shape at TP=8 + SP (DP=1, GBS 32) and TP=4 + SP x DP=2 (GBS 64), --tp-comm-overlap off and on.
 #   scripts/gpu/node_bench.sh [plan] [8b] [scaling] [70b] [mixtral] [overlap]   (default: plan 8b)
+# The summary sets each run beside the planner's step-time estimate and peak for its own flags (--dry-run).
 # GPUS=4 rehearses the stages on nvidia-h200-x4: the same layouts with DP halved, the global batches scaled to
 # 32 sequences per GPU (GBS_PER_GPU), TP=8 left out; --dry-run-layouts for that many GPUs.
 set -uo pipefail
@@ -53,6 +54,15 @@ run() {  # run <name> <command...>
   echo "   rc $?" | tee -a "$OUT/node_$name.log"
   grep -E "error|watchdog|out of memory" "$OUT/node_$name.log" | head -3
   grep -E " iteration +[0-9]+/" "$OUT/node_$name.log" | tail -1 | cut -c1-220
+  # The planner's figures for the same flags (--dry-run on the host, a second), for the summary's comparison.
+  local ranks=1 flags=() after_bin=0
+  [ "$1" = mpirun ] && ranks=$GPUS
+  for a in "$@"; do
+    [ $after_bin = 1 ] && flags+=("$a")
+    [ "$a" = "$BIN" ] && after_bin=1
+  done
+  "$BIN" "${flags[@]}" --dry-run --dry-run-world-size "$ranks" 2>&1 |
+    grep -E "^estimated step time|^predicted peak allocated" | sed 's/^/planner: /' >>"$OUT/node_$name.log"
 }
 
 # The planner's first layout for 8 GPUs as flags: "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2
@@ -152,7 +162,7 @@ if [[ $STAGES == *" overlap "* ]]; then
 fi
 
 echo
-echo "================ node_bench summary (mean of the last 2 log lines; MFU against 989 TFLOP/s bf16) ================"
+echo "======== node_bench summary (mean of the last 2 log lines; MFU against 989 TFLOP/s bf16; the planner's --dry-run) ========"
 for f in "$OUT"/node_*.log; do
   [ -f "$f" ] || continue
   python3 - "$f" <<'PY'
@@ -161,6 +171,8 @@ path = sys.argv[1]
 text = open(path).read()
 its = re.findall(r"elapsed time per iteration \(ms\): ([\d.]+) \| throughput per GPU \(TFLOP/s/GPU\): ([\d.]+).*?tokens per second per GPU: (\d+)", text)
 peak = [float(x) for x in re.findall(r"peak allocated ([\d.]+)", text)]
+plan_step = re.findall(r"planner: estimated step time: ([\d.]+) s", text)
+plan_peak = [float(x) for x in re.findall(r"planner: predicted peak allocated: ([\d.]+)", text)]
 name = path.rsplit("/", 1)[-1][5:-4]
 if not its:
     print(f"{name:28s} no iteration logged")
@@ -169,8 +181,10 @@ last = its[-2:]
 ms = sum(float(a) for a, _, _ in last) / len(last)
 tf = sum(float(b) for _, b, _ in last) / len(last)
 tok = sum(float(c) for _, _, c in last) / len(last)
+plan = (f"  planner {1000 * float(plan_step[0]):9.1f} ms, {max(plan_peak):6.2f} GiB"
+        if plan_step and plan_peak else "  planner: no estimate")
 print(f"{name:28s} tok/s/GPU {tok:9.0f}  TFLOP/s/GPU {tf:7.1f}  MFU {100 * tf / 989:5.1f}%  ms/iter {ms:9.1f}  "
-      f"peak GiB {max(peak) if peak else float('nan'):7.2f}")
+      f"peak GiB {max(peak) if peak else float('nan'):7.2f}{plan}")
 PY
 done
 for shape in LLAMA3_8B LLAMA_70B MIXTRAL; do

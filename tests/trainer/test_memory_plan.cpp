@@ -18,14 +18,14 @@ namespace {
 
 using namespace testing_layouts;
 
-train::Arguments make_args(const std::vector<std::string>& extra) {
+train::Arguments make_args(const std::vector<std::string>& extra, int world_size = 1) {
   std::vector<std::string> argv = {
       "--num-layers", "3", "--hidden-size", "128", "--num-attention-heads", "4", "--seq-length", "128",
       "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", std::to_string(kIterations), "--lr", "1e-3",
       "--mock-data", "--vocab-size", "4096", "--attention-dropout", "0", "--hidden-dropout", "0", "--eval-iters", "1",
       "--eval-interval", "1000", "--device", "cpu", "--use-distributed-optimizer", "--ffn-hidden-size", "352"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  return layout_args(1, argv);
+  return layout_args(world_size, argv);
 }
 
 const std::vector<std::string> kLlama = {"--group-query-attention", "--num-query-groups", "2", "--normalization",
@@ -220,6 +220,32 @@ TEST(LayoutSearch, ListsOnlyValidLayoutsThatFitFastestFirst) {
   const std::string refused = describe(search_layouts(unlimited, 4, 1e12), unlimited, 4, 1e12);
   EXPECT_NE(refused.find("refused even as plain data parallelism over 4 GPUs: "), std::string::npos) << refused;
   EXPECT_NE(describe(capped, base, 4, cap).find("est. step s"), std::string::npos);
+}
+
+// --dry-run's estimate for a run's own layout is the search's for the same candidate: the layouts a search lists,
+// each launched with its flags (recomputation among them), get back the step time the list shows.
+TEST(LayoutSearch, DryRunEstimateOfALayoutIsTheSearchsFigureForIt) {
+  std::vector<std::string> flags = kLlama;
+  flags.insert(flags.end(), {"--bf16", "--global-batch-size", "8", "--num-layers", "4"});
+  const train::Arguments base = make_args(flags);
+  int checked = 0;
+  for (const LayoutCandidate& c : search_layouts(base, 4, 1e12)) {
+    if (c.state != "distributed optimizer") continue;
+    std::vector<std::string> launch = flags;
+    launch.insert(launch.end(), {"--tensor-model-parallel-size", std::to_string(c.tp), "--pipeline-model-parallel-size",
+                                 std::to_string(c.pp), "--context-parallel-size", std::to_string(c.cp)});
+    if (c.tp > 1) launch.push_back("--sequence-parallel");
+    if (c.recompute == "full")
+      launch.insert(launch.end(), {"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                   "--recompute-num-layers", "1"});
+    if (c.recompute == "selective mlp")
+      launch.insert(launch.end(), {"--recompute-granularity", "selective", "--recompute-modules", "mlp"});
+    const train::Arguments run = make_args(launch, 4);
+    SCOPED_TRACE(str_cat("TP ", c.tp, " PP ", c.pp, " CP ", c.cp, " ", c.recompute));
+    EXPECT_DOUBLE_EQ(estimated_step_seconds(run), c.step_seconds);
+    ++checked;
+  }
+  EXPECT_GT(checked, 6);
 }
 
 // An MoE model's layouts try every expert-parallel size dividing its experts: for the same split and recomputation

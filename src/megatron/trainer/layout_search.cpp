@@ -165,6 +165,15 @@ std::vector<LayoutCandidate> search_layouts(const train::Arguments& base, int gp
   return out;
 }
 
+double estimated_step_seconds(const train::Arguments& args) {
+  const train::RecomputeArguments& r = args.recompute;
+  const bool mlp = std::find(r.recompute_modules.begin(), r.recompute_modules.end(), "mlp") != r.recompute_modules.end();
+  const std::string recompute = r.recompute_granularity == "full"                ? "full"
+                                : r.recompute_granularity == "selective" && mlp ? "selective mlp"
+                                                                                : "none";
+  return step_seconds(args, recompute);
+}
+
 std::string describe(const std::vector<LayoutCandidate>& layouts, const train::Arguments& base, int gpus,
                      double gpu_bytes) {
   std::ostringstream out;

@@ -50,4 +50,9 @@ std::vector<LayoutCandidate> search_layouts(const train::Arguments& base, int gp
 std::string describe(const std::vector<LayoutCandidate>& layouts, const train::Arguments& base, int gpus,
                      double gpu_bytes);
 
+// The step-time estimate above for one resolved run, its recomputation read from its flags (selective
+// recomputation counts as "selective mlp" when it recomputes the MLPs, else as none). `--dry-run` prints it, so
+// a measured layout can be set beside the planner's figure for it.
+double estimated_step_seconds(const train::Arguments& args);
+
 }  // namespace megatron::trainer

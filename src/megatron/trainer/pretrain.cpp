@@ -223,7 +223,16 @@ int pretrain(const std::vector<std::string>& argv, const comm::DistributedRuntim
     args.parallel.world_size = args.training.dry_run_world_size;
   const int64_t eod = configure_vocabulary(args);
   if (args.training.dry_run) {  // nothing is allocated: the plan from the flags alone
-    if (runtime.world_rank() == 0) std::cout << train::describe_arguments(args) << describe(plan_memory(args), args);
+    if (runtime.world_rank() == 0) {
+      const double step = estimated_step_seconds(args);
+      const double tokens = double(args.training.global_batch_size) * args.model.seq_length;
+      char estimate[160];
+      std::snprintf(estimate, sizeof estimate,
+                    "estimated step time: %.3f s, %.0f tokens/s over %d GPUs (--dry-run-layouts' estimate, "
+                    "trainer/layout_search.h)\n",
+                    step, tokens / step, args.parallel.world_size);
+      std::cout << train::describe_arguments(args) << estimate << describe(plan_memory(args), args);
+    }
     return 0;
   }
 
