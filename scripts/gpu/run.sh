@@ -4,6 +4,7 @@
 #
 #   scripts/gpu/run.sh [--tests-only|--bench-only] [--bench-families gemm,attention,...]
 #   CTEST_ARGS="-LE mpi" scripts/gpu/run.sh --tests-only      (one GPU: skip the two-rank entries)
+# With more than one GPU it also runs scripts/gpu/layouts_check.sh (every layout of all the GPUs against one).
 #
 # The machine has no network, no cudnn-frontend headers and no PCRE2 headers: carry them in .deps/
 # (scripts/gpu/prepare.sh puts cudnn_frontend/ and pcre2/ there) by naming `.deps` in the device call's carry
@@ -71,6 +72,15 @@ if [ $MODE != bench ]; then
     s=$(grep -c 'result="skipped"' "$x")
     summary+=("$(printf '%-38s %6s %6s %6s' "$(basename "$x" .xml)" "$n" "$f" "$s")")
   done
+fi
+
+# On a machine of several GPUs, every parallel layout over all of them against one GPU's losses (a few minutes).
+gpus=$(nvidia-smi -L | wc -l)
+if [ $MODE != bench ] && [ "$gpus" -gt 1 ] && [ -x $BUILD/tools/pretrain_gpt ]; then
+  GPUS=$gpus OUT="$OUT" scripts/gpu/layouts_check.sh >"$OUT/layouts.log" 2>&1
+  lrc=$?
+  summary+=("layouts of $gpus GPUs against one (scripts/gpu/layouts_check.sh): rc $lrc")
+  while IFS= read -r line; do summary+=("  $line"); done < <(sed -n '/^================ layouts_check/,$p' "$OUT/layouts.log" | tail -n +2)
 fi
 
 if [ $MODE != tests ]; then
