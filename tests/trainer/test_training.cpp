@@ -148,6 +148,9 @@ TEST(Training, NonfiniteGradientsNamesExactlyTheParametersWithNanOrInf) {
   EXPECT_NO_THROW(check_finite_step(ctx, 5, 2.5, std::nullopt, list, 0));
   testing::expect_error([&] { check_finite_step(ctx, 5, 2.5, std::numeric_limits<double>::infinity(), list, 3); },
                         {"iteration 5: the gradient norm is Inf", "rank 3 holds NaN or Inf gradients in 2 of 4 parameters: b, d"});
+  const nn::ParameterList finite = {&params[0], &params[2]};  // the NaN came from elsewhere (another rank, say)
+  testing::expect_error([&] { check_finite_step(ctx, 6, std::nan(""), 1.0, finite, 2); },
+                        {"iteration 6: the loss is NaN (no gradient that rank 2 holds whole has a NaN or Inf"});
 }
 
 // Under fp16's dynamic loss scaling an overflow skips the step, so the check is off there (Megatron's rule);

@@ -29,7 +29,8 @@ void check_finite_step(Context& ctx, int64_t iteration, double loss, std::option
   const std::vector<std::string> names = nonfinite_gradients(ctx, params);
   std::string where;
   if (names.empty()) {
-    where = str_cat("every gradient held by rank ", rank, " is finite");
+    where = str_cat("no gradient that rank ", rank, " holds whole has a NaN or Inf; sharded ones, as Megatron FSDP's, ",
+                    "are not searched");
   } else {
     // The first four and the last four: the backward runs from the last layer down, so the last names show
     // where the NaN entered and the first ones how far it spread.
