@@ -123,11 +123,11 @@ PendingCollective exchange_reduce_scatter_rows(Context& ctx, const TensorParalle
 }  // namespace
 
 void PendingCollective::wait(Context& ctx) {
-  if (finish_) {
-    const std::function<void(Context&)> finish = std::move(finish_);
-    finish_ = nullptr;
-    finish(ctx);
-  }
+  // `finish` holds the tensors this rank pushes on the side stream; it lives to the end, past the join, as the
+  // NCCL forms' in_use_ does: the pushes may still be reading them when finish has queued its copies.
+  const std::function<void(Context&)> finish = std::move(finish_);
+  finish_ = nullptr;
+  if (finish) finish(ctx);
   if (fork_ != nullptr) fork_->join(ctx);
   fork_ = nullptr;
   in_use_.clear();  // after the join: work queued from here on follows the collective
