@@ -1,6 +1,7 @@
 #include "megatron/parallel/ring_attention.h"
 
 #include <array>
+#include <vector>
 
 #include "megatron/ops/attention/attention_merge.h"
 #include "megatron/ops/elementwise/elementwise.h"
@@ -140,6 +141,7 @@ void ring_backward_by_copy_engines(Context& ctx, const Ring& ring, const Channel
                                    const KvBlock& local, const Tensor& out, const Tensor& stats,
                                    const ops::AttentionOptions& options) {
   PeerExchange& gx = *c.grads;
+  std::vector<Tensor> pushed;  // alive until the side stream is joined: step 0 pushes this rank's own dk, dv
   for (int step = 0; step < ring.size; ++step) {
     const KvBlock current = take_block(ctx, ring, c, local, step);
     RingBlockGrads g;
@@ -156,6 +158,7 @@ void ring_backward_by_copy_engines(Context& ctx, const Ring& ring, const Channel
       add_rows(ctx, grads.v, 0, g.dv);
     }
     push_block(ctx, c, gx, grads, ring.next(), "ring push (dk, dv)");
+    pushed.insert(pushed.end(), {grads.k, grads.v});
     if (step > 0) release_block(ctx, c, gx, ring.prev());
   }
   gx.wait_arrival(ctx.stream(), ring.prev());  // this rank's own block's gradient, complete
