@@ -129,7 +129,9 @@ open(sys.argv[1], "wb").write(bytes(serialize(specs, metadata={"format": "pt", "
     EXPECT_EQ(t.dtype(), want.t.dtype);
     ASSERT_EQ(t.nbytes(), want.bytes.size());
     // An empty tensor has no data pointer, and memcmp's arguments must not be null even for 0 bytes.
-    if (!want.bytes.empty()) EXPECT_EQ(std::memcmp(t.data_ptr(), want.bytes.data(), want.bytes.size()), 0);
+    if (!want.bytes.empty()) {
+      EXPECT_EQ(std::memcmp(t.data_ptr(), want.bytes.data(), want.bytes.size()), 0);
+    }
   }
   // A tensor view keeps the mapping alive after the file object is gone.
   Tensor kept = file->tensor("b.f32");

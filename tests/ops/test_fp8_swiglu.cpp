@@ -139,7 +139,9 @@ TEST(Fp8SwigluCast, EqualsTheActivationThenTheCast) {
                                  Request{.grad = grad, .want_out = false, .want_amax = false}}) {
           const Result fused = run(cpu(), x, dy, q, true), two_ops = run(cpu(), x, dy, q, false);
           expect_same(fused, two_ops, describe(x, q));
-          if (q.want_out) EXPECT_EQ(std::count(fused.out.begin(), fused.out.end(), 0xFF), 0) << "unwritten codes";
+          if (q.want_out) {
+            EXPECT_EQ(std::count(fused.out.begin(), fused.out.end(), 0xFF), 0) << "unwritten codes";
+          }
         }
       }
 }

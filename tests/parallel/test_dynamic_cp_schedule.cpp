@@ -47,7 +47,9 @@ TEST(DynamicCpSchedule, EveryMicroBatchOnceOnAlignedDisjointBlocksInTheFewestWav
         for (const CpRun& r : plan[w].runs) {
           seen.insert(r.micro_batch);
           const int needed = dynamic_cp_size(longest[size_t(r.micro_batch)], 128, cp);
-          if (w + 1 < plan.size()) EXPECT_EQ(r.size, needed);
+          if (w + 1 < plan.size()) {
+            EXPECT_EQ(r.size, needed);
+          }
           EXPECT_GE(r.size, needed) << "never fewer ranks than the micro-batch needs";
           EXPECT_EQ(r.size & (r.size - 1), 0) << "a power of two";
           EXPECT_EQ(r.first_rank % r.size, 0) << "aligned block";

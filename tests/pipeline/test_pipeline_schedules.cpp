@@ -234,8 +234,9 @@ void Simulation::check_totals(const std::string& what) {
     const RankState& st = state_[size_t(r)];
     EXPECT_EQ(st.forwards.size(), size_t(M_ * V_)) << what << ": rank " << r;
     EXPECT_EQ(st.backwards.size(), forward_only_ ? 0u : size_t(M_ * V_)) << what << ": rank " << r;
-    if (V_ == 1 && !forward_only_)
+    if (V_ == 1 && !forward_only_) {
       EXPECT_LE(st.max_in_flight, size_t(P_ - r)) << what << ": rank " << r << " holds too many micro-batches";
+    }
   }
   for (const auto& [key, c] : channels_)
     EXPECT_EQ(c.received, c.sent.size()) << what << ": messages left unreceived";

@@ -51,7 +51,9 @@ TEST(CpuPool, UsesSeveralThreadsAndFewerAfterMore) {
     // On a loaded machine a worker may not be scheduled during one job: a few tries before concluding.
     for (int attempt = 0; attempt < 5 && threads > 1 && seen.size() < 2; ++attempt) seen = threads_used(threads);
     EXPECT_LE(int(seen.size()), threads);
-    if (threads > 1) EXPECT_GE(int(seen.size()), 2) << threads << " threads";
+    if (threads > 1) {
+      EXPECT_GE(int(seen.size()), 2) << threads << " threads";
+    }
   }
 }
 

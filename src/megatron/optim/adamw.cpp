@@ -142,7 +142,7 @@ void AdamW::prefetch_gradients(Context& ctx, const Tensor& region, StreamHandle 
   if (!options_.overlap_offload_transfers || offloaded_entries() == 0) return;
   const auto* lo = static_cast<const char*>(region.data_ptr());
   const auto* hi = lo + region.nbytes();
-  bool ordered = false;  // the copy stream waits for `stream` once, before the first copy
+  [[maybe_unused]] bool ordered = false;  // the copy stream waits for `stream` once, before the first copy (CUDA)
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
     if (!e.on_host || e.grad_copied || e.source.grad_changes_after_reduction) continue;

@@ -11,7 +11,6 @@ using F = FlagForm;
 
 const char* kFusedKernels =
     "a kernel-fusion choice of Megatron's PyTorch path; the kernels here are fixed and compute the same math";
-const char* kNotYet = "not implemented here yet: ";
 
 std::vector<FlagSpec> noop_flags() {
   return {
