@@ -4,7 +4,8 @@
 // pair, F32 (reductions, 1e-6) and BF16 (data movement, exact), odd row and column counts; a group of one
 // leaves tensors untouched; shape errors name the group and the shapes; the pipelined collectives of
 // --tp-comm-overlap against the same direct computation. Suite TensorParallelMappingsGpu runs the same checks on
-// 2, 4 or 8 GPUs (TP over every rank) through NCCL with the overlapped (side-stream) forms, and through the copy engines.
+// 2, 4 or 8 GPUs (TP over every rank) through NCCL with the overlapped (side-stream) forms, and through the copy
+// engines.
 #include <gtest/gtest.h>
 
 #include <chrono>

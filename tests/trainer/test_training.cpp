@@ -147,7 +147,8 @@ TEST(Training, NonfiniteGradientsNamesExactlyTheParametersWithNanOrInf) {
   EXPECT_NO_THROW(check_finite_step(ctx, 5, 2.5, 1.0, list, 0));
   EXPECT_NO_THROW(check_finite_step(ctx, 5, 2.5, std::nullopt, list, 0));
   testing::expect_error([&] { check_finite_step(ctx, 5, 2.5, std::numeric_limits<double>::infinity(), list, 3); },
-                        {"iteration 5: the gradient norm is Inf", "rank 3 holds NaN or Inf gradients in 2 of 4 parameters: b, d"});
+                        {"iteration 5: the gradient norm is Inf",
+                         "rank 3 holds NaN or Inf gradients in 2 of 4 parameters: b, d"});
   const nn::ParameterList finite = {&params[0], &params[2]};  // the NaN came from elsewhere (another rank, say)
   testing::expect_error([&] { check_finite_step(ctx, 6, std::nan(""), 1.0, finite, 2); },
                         {"iteration 6: the loss is NaN (no gradient that rank 2 holds whole has a NaN or Inf"});
@@ -165,7 +166,8 @@ TEST(Training, NanCheckIsOffUnderDynamicLossScalingOnly) {
   train::resolve_and_validate(constant);
   EXPECT_TRUE(a.training.no_check_for_nan_in_loss_and_grad);
   EXPECT_FALSE(constant.training.no_check_for_nan_in_loss_and_grad);
-  EXPECT_TRUE(train::parse_arguments({"--no-check-for-nan-in-loss-and-grad"}).training.no_check_for_nan_in_loss_and_grad);
+  const train::Arguments unchecked = train::parse_arguments({"--no-check-for-nan-in-loss-and-grad"});
+  EXPECT_TRUE(unchecked.training.no_check_for_nan_in_loss_and_grad);
 }
 
 // --decoupled-lr / --decoupled-min-lr: the word embeddings and the output layer follow their own peak and floor

@@ -17,18 +17,18 @@
 // of one (TP = 1) does nothing: no collective is called and in-place forms do not touch the tensor;
 // out-of-place forms copy (TP = 1 modules do not call them).
 //
-// Overlap (CUDA): functions returning a PendingCollective take `async`. With async and a side stream in
-// `tp`, the collective is queued on the side stream behind the work already on ctx's stream, so work queued
-// on ctx's stream next (the weight-gradient GEMM) runs concurrently; PendingCollective::wait(ctx) makes
-// ctx's stream wait for it (nothing blocks the host). Without async, or on CPU ranks (MPI completes inside
-// the call), the collective is ordered on ctx's stream and wait() does nothing. The PendingCollective holds
-// the tensors the side stream reads or writes until wait() (stream_fork.h's rule), so a caller may drop its own
-// handles earlier: memory freed to the caching allocator while the side stream still used it would go to the
-// next allocation on ctx's stream and be overwritten under the collective. With --tp-comm-overlap's copy-engine
-// transport (tp_comm_overlap.h) the async sequence-parallel gather and reduce-scatter push this rank's rows into the peers' staging slots
-// instead (tp.bulk_peers, a PeerExchange of their own, so they never queue behind the pipelined collectives
-// that run between their issue and their wait), and wait() copies or adds the peers' rows in, in the fixed
-// order rank - 1, rank - 2, ...
+// Overlap (CUDA): functions returning a PendingCollective take `async`. With async and a side stream in `tp`, the
+// collective is queued on the side stream behind the work already on ctx's stream, so work queued on ctx's stream
+// next (the weight-gradient GEMM) runs concurrently; PendingCollective::wait(ctx) makes ctx's stream wait for it
+// (nothing blocks the host). Without async, or on CPU ranks (MPI completes inside the call), the collective is
+// ordered on ctx's stream and wait() does nothing. The PendingCollective holds the tensors the side stream reads or
+// writes until wait() (stream_fork.h's rule), so a caller may drop its own handles earlier: memory freed to the
+// caching allocator while the side stream still used it would go to the next allocation on ctx's stream and be
+// overwritten under the collective. With --tp-comm-overlap's copy-engine transport (tp_comm_overlap.h) the async
+// sequence-parallel gather and reduce-scatter push this rank's rows into the peers' staging slots instead
+// (tp.bulk_peers, a PeerExchange of their own, so they never queue behind the pipelined collectives that run between
+// their issue and their wait), and wait() copies or adds the peers' rows in, in the fixed order rank - 1, rank - 2,
+// ...
 #pragma once
 
 #include <functional>

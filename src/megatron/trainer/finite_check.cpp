@@ -17,14 +17,19 @@ std::vector<std::string> nonfinite_gradients(Context& ctx, const nn::ParameterLi
 }
 
 namespace {
-std::string value_text(double v) { return std::isnan(v) ? "NaN" : std::isinf(v) ? (v > 0 ? "Inf" : "-Inf") : str_cat(v); }
+std::string value_text(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Inf" : "-Inf";
+  return str_cat(v);
+}
 }  // namespace
 
 void check_finite_step(Context& ctx, int64_t iteration, double loss, std::optional<double> grad_norm,
                        const nn::ParameterList& params, int rank) {
   const bool bad_loss = !std::isfinite(loss), bad_norm = grad_norm && !std::isfinite(*grad_norm);
   if (!bad_loss && !bad_norm) return;
-  std::string what = bad_loss ? str_cat("the loss is ", value_text(loss)) : str_cat("the gradient norm is ", value_text(*grad_norm));
+  std::string what = bad_loss ? str_cat("the loss is ", value_text(loss))
+                              : str_cat("the gradient norm is ", value_text(*grad_norm));
   if (bad_loss && bad_norm) what += str_cat(" and the gradient norm ", value_text(*grad_norm));
   const std::vector<std::string> names = nonfinite_gradients(ctx, params);
   std::string where;

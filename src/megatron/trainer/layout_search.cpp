@@ -167,7 +167,8 @@ std::vector<LayoutCandidate> search_layouts(const train::Arguments& base, int gp
 
 double estimated_step_seconds(const train::Arguments& args) {
   const train::RecomputeArguments& r = args.recompute;
-  const bool mlp = std::find(r.recompute_modules.begin(), r.recompute_modules.end(), "mlp") != r.recompute_modules.end();
+  const auto& modules = r.recompute_modules;
+  const bool mlp = std::find(modules.begin(), modules.end(), "mlp") != modules.end();
   const std::string recompute = r.recompute_granularity == "full"                ? "full"
                                 : r.recompute_granularity == "selective" && mlp ? "selective mlp"
                                                                                 : "none";
