@@ -154,6 +154,16 @@ TEST(Training, NonfiniteGradientsNamesExactlyTheParametersWithNanOrInf) {
                         {"iteration 6: the loss is NaN (no gradient that rank 2 holds whole has a NaN or Inf"});
 }
 
+// An evaluation whose loss is not finite stops the run too (Megatron's check covers its evaluation), naming where.
+TEST(Training, NanValidationLossStopsTheRun) {
+  EXPECT_NO_THROW(check_finite_evaluation("iteration 10", 4.5));
+  testing::expect_error([] { check_finite_evaluation("iteration 10", std::nan("")); },
+                        {"the validation loss at iteration 10 is NaN", "--no-check-for-nan-in-loss-and-grad"});
+  testing::expect_error(
+      [] { check_finite_evaluation("iteration 20 on test set", std::numeric_limits<double>::infinity()); },
+      {"the validation loss at iteration 20 on test set is Inf"});
+}
+
 // Under fp16's dynamic loss scaling an overflow skips the step, so the check is off there (Megatron's rule);
 // with a constant --loss-scale it stays on.
 TEST(Training, NanCheckIsOffUnderDynamicLossScalingOnly) {

@@ -52,4 +52,11 @@ void check_finite_step(Context& ctx, int64_t iteration, double loss, std::option
                       "--check-for-nan-in-loss-and-grad does (--no-check-for-nan-in-loss-and-grad trains on)"));
 }
 
+void check_finite_evaluation(const std::string& where, double loss) {
+  if (std::isfinite(loss)) return;
+  throw Error(str_cat("the validation loss at ", where, " is ", value_text(loss),
+                      "; the run stops here, as Megatron's --check-for-nan-in-loss-and-grad does for its evaluation "
+                      "too (--no-check-for-nan-in-loss-and-grad goes on)"));
+}
+
 }  // namespace megatron::trainer

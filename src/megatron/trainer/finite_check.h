@@ -29,4 +29,8 @@ std::vector<std::string> nonfinite_gradients(Context& ctx, const nn::ParameterLi
 void check_finite_step(Context& ctx, int64_t iteration, double loss, std::optional<double> grad_norm,
                        const nn::ParameterList& params, int rank);
 
+// Throws megatron::Error when an evaluation's loss (agreed over the ranks) is not finite: Megatron's check covers
+// its evaluation too. `where` names the evaluation ("iteration 100", "iteration 500 on test set").
+void check_finite_evaluation(const std::string& where, double loss);
+
 }  // namespace megatron::trainer

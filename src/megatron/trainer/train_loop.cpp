@@ -8,6 +8,7 @@
 #include "megatron/train/flops.h"
 #include "megatron/train/log_line.h"
 #include "megatron/train/logging_arguments.h"
+#include "megatron/trainer/finite_check.h"
 #include "megatron/trainer/timer_report.h"
 
 namespace megatron::trainer {
@@ -95,8 +96,12 @@ int64_t TrainLoop::run(int64_t start_iteration) {
   // does; an asynchronous save finishes (and reports its errors) before the run ends.
   if (last > start_iteration) save_checkpoint(last);
   checkpoints_.finish();
-  if (t.eval_iters > 0 && streams_.test.available())
-    print_evaluation(str_cat("iteration ", last, " on test set"), trainer_.evaluate(streams_.test));
+  if (t.eval_iters > 0 && streams_.test.available()) {
+    const std::string where = str_cat("iteration ", last, " on test set");
+    const double loss = trainer_.evaluate(streams_.test);
+    print_evaluation(where, loss);
+    if (!t.no_check_for_nan_in_loss_and_grad) check_finite_evaluation(where, loss);
+  }
   if (tensorboard_) tensorboard_->flush();
   return last;
 }
@@ -266,6 +271,8 @@ void TrainLoop::evaluate_validation(int64_t iteration) {
   const double loss = trainer_.evaluate(streams_.valid);
   print_evaluation(str_cat("iteration ", iteration), loss);
   if (tensorboard_) tensorboard_->validation(iteration, streams_.train.consumed(), loss);
+  if (!args_.training.no_check_for_nan_in_loss_and_grad)
+    check_finite_evaluation(str_cat("iteration ", iteration), loss);
 }
 
 // Megatron's evaluation block: the loss and its perplexity between two rules.
