@@ -77,6 +77,13 @@ void fill_normal(const Tensor& t, uint64_t seed, double scale) {
   });
 }
 
+Tensor copy_on(Context& ctx, const Tensor& host, bool unaligned) {
+  const int64_t n = host.numel(), skip = unaligned ? 1 : 0;
+  Tensor t = ctx.empty(Shape{n + skip}, host.dtype()).slice(skip, n + skip).view(host.shape().dims());
+  copy_tensor(ctx, t, host);
+  return t;
+}
+
 void poison(Context& ctx, const Tensor& t) {
   if (t.nbytes() == 0) return;
   if (t.device().is_cpu()) {

@@ -54,6 +54,9 @@ void fill_normal(const Tensor& cpu_tensor, uint64_t seed, double scale = 1.0);
 void poison(Context& ctx, const Tensor& t);
 // Copies to the host and widens every element to double.
 std::vector<double> to_doubles(Context& ctx, const Tensor& t);
+// A copy of `host` on ctx, of host's shape; `unaligned`: a view one element into a larger buffer, so that its
+// address defeats a kernel's vector loads.
+Tensor copy_on(Context& ctx, const Tensor& host, bool unaligned = false);
 // A seed derived from a string (stable across runs and machines).
 uint64_t seed_from(const std::string& s);
 

@@ -130,14 +130,6 @@ Tensor random_input(int64_t rows, int64_t cols, DType dtype, uint64_t seed, bool
   return t;
 }
 
-// A tensor of `shape` on ctx holding host's bytes; `unaligned`: a view one element into a larger buffer
-// (defeats the vector paths).
-Tensor on(Context& ctx, const Tensor& host, bool unaligned = false) {
-  const int64_t n = host.numel(), skip = unaligned ? 1 : 0;
-  Tensor t = ctx.empty(Shape{n + skip}, host.dtype()).slice(skip, n + skip).view(host.shape().dims());
-  copy_tensor(ctx, t, host);
-  return t;
-}
 Tensor fresh(Context& ctx, const Shape& shape, DType dtype, bool unaligned) {
   const int64_t n = shape.numel(), skip = unaligned ? 1 : 0;
   Tensor t = ctx.empty(Shape{n + skip}, dtype).slice(skip, n + skip).view(shape.dims());
@@ -153,7 +145,7 @@ std::vector<uint8_t> bytes_of(Context& ctx, const Tensor& t) {
 Tensor f32_on(Context& ctx, const std::vector<float>& values) {
   Tensor h = cpu().empty(Shape{int64_t(values.size())}, F32);
   std::copy(values.begin(), values.end(), h.data<float>());
-  return on(ctx, h);
+  return testing::copy_on(ctx, h);
 }
 
 struct CastRequest {
@@ -170,7 +162,7 @@ struct CastResult {
 
 CastResult run_cast(Context& ctx, const Tensor& host_in, const CastRequest& q) {
   const int64_t rows = host_in.dim(0), cols = host_in.dim(1);
-  Tensor in = on(ctx, host_in, q.unaligned_in);
+  Tensor in = testing::copy_on(ctx, host_in, q.unaligned_in);
   Tensor out = q.want_out ? fresh(ctx, Shape{rows, cols}, q.fmt.dtype, q.unaligned_out) : Tensor();
   Tensor out_t = q.want_out_t ? fresh(ctx, Shape{cols, rows}, q.fmt.dtype, q.unaligned_out) : Tensor();
   Tensor amax = q.want_amax ? f32_on(ctx, {float_of(q.amax_start)}) : Tensor();
@@ -428,7 +420,7 @@ TEST(Fp8Scale, DelayedUpdateRollsTheHistoryAndScales) {
     for (bool use_max : {false, true})
       for (int margin : {0, 2}) {
         const Tensor old = history_input(L, n, uint64_t(L * 10 + margin));
-        Tensor h = on(cpu(), old), scale = f32_on(cpu(), std::vector<float>(n, 2.5f));
+        Tensor h = testing::copy_on(cpu(), old), scale = f32_on(cpu(), std::vector<float>(n, 2.5f));
         Tensor inv = f32_on(cpu(), std::vector<float>(n, 0.0f));
         ops::fp8_delayed_scaling_update(cpu(), h, scale, inv, 448.0f, margin, use_max);
         const float* o = old.data<float>();
@@ -509,8 +501,8 @@ TEST(Fp8CastTransposeGpu, AmaxAccumulatesAcrossCallsAndBlocks) {
   Tensor a = random_input(300, 512, BF16, 41, false), b = random_input(64, 4096, BF16, 42, false);
   b.data<bf16_t>()[64 * 4096 - 1] = from_float<bf16_t>(-70000.0f);  // the last element of the last tile
   Tensor amax = f32_on(gpu, {0.0f}), scale = f32_on(gpu, {1.0f});
-  ops::fp8_cast_transpose(gpu, gpu.empty(Shape{300, 512}, F8E4M3), Tensor(), amax, on(gpu, a), scale);
-  ops::fp8_cast_transpose(gpu, Tensor(), gpu.empty(Shape{4096, 64}, F8E4M3), amax, on(gpu, b), scale);
+  ops::fp8_cast_transpose(gpu, gpu.empty(Shape{300, 512}, F8E4M3), Tensor(), amax, testing::copy_on(gpu, a), scale);
+  ops::fp8_cast_transpose(gpu, Tensor(), gpu.empty(Shape{4096, 64}, F8E4M3), amax, testing::copy_on(gpu, b), scale);
   EXPECT_EQ(read_scalar(gpu, amax), double(to_float(from_float<bf16_t>(70000.0f))));
 }
 
@@ -557,7 +549,7 @@ TEST(Fp8ScaleGpu, DelayedUpdateBitIdenticalToCpu) {
         std::vector<std::vector<uint8_t>> results[2];
         for (int dev = 0; dev < 2; ++dev) {
           Context& ctx = dev == 0 ? cpu() : gpu;
-          Tensor h = on(ctx, old), scale = f32_on(ctx, previous), inv = f32_on(ctx, previous);
+          Tensor h = testing::copy_on(ctx, old), scale = f32_on(ctx, previous), inv = f32_on(ctx, previous);
           ops::fp8_delayed_scaling_update(ctx, h, scale, inv, 57344.0f, 1, use_max);
           results[dev] = {bytes_of(ctx, h), bytes_of(ctx, scale), bytes_of(ctx, inv)};
         }

@@ -55,13 +55,6 @@ Tensor random_values(const Shape& shape, DType dtype, uint64_t seed, bool specia
   return t;
 }
 
-// A copy of host on ctx; `unaligned`: a view one element into a larger buffer (defeats the vector loads).
-Tensor on(Context& ctx, const Tensor& host, bool unaligned = false) {
-  const int64_t n = host.numel(), skip = unaligned ? 1 : 0;
-  Tensor t = ctx.empty(Shape{n + skip}, host.dtype()).slice(skip, n + skip).view(host.shape().dims());
-  copy_tensor(ctx, t, host);
-  return t;
-}
 std::vector<uint8_t> bytes_of(Context& ctx, const Tensor& t) {
   if (!t.defined()) return {};
   Tensor h = cpu().empty(t.shape(), t.dtype());
@@ -72,7 +65,7 @@ std::vector<uint8_t> bytes_of(Context& ctx, const Tensor& t) {
 Tensor scalar_on(Context& ctx, float v) {
   Tensor h = cpu().empty(Shape{1}, F32);
   h.data<float>()[0] = v;
-  return on(ctx, h);
+  return testing::copy_on(ctx, h);
 }
 
 struct Request {
@@ -97,7 +90,7 @@ std::string describe(const Tensor& x, const Request& q) {
 // F].
 Result run(Context& ctx, const Tensor& host_x, const Tensor& host_dy, const Request& q, bool fused) {
   const int64_t rows = host_x.dim(0), f = host_x.dim(1) / 2, cols = q.grad ? 2 * f : f;
-  const Tensor x = on(ctx, host_x, q.unaligned), dy = on(ctx, host_dy, q.unaligned);
+  const Tensor x = testing::copy_on(ctx, host_x, q.unaligned), dy = testing::copy_on(ctx, host_dy, q.unaligned);
   Tensor out = q.want_out ? ctx.empty(Shape{rows, cols}, q.fp8) : Tensor();
   Tensor out_t = q.want_out_t ? ctx.empty(Shape{cols, rows}, q.fp8) : Tensor();
   if (out.defined()) testing::poison(ctx, out);
