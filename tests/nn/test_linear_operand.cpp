@@ -48,20 +48,21 @@ void expect_identical(const Outcome& produced, const Outcome& stored, const std:
   EXPECT_EQ(produced.state, stored.state) << what << ": the scaling state (recorded amaxes, scales)";
 }
 
-std::shared_ptr<Fp8ScalingState> fp8_state(Fp8Scaling scaling) {
-  return std::make_shared<Fp8ScalingState>(Fp8Recipe{.enabled = true, .scaling = scaling});
+// `linear` in FP8 under `scaling` (null: left in its dtype), with its scaling state allocated.
+template <class Linear>
+std::shared_ptr<Fp8ScalingState> enable_fp8(Context& ctx, Linear& linear, const Fp8Scaling* scaling) {
+  if (scaling == nullptr) return nullptr;
+  auto state = std::make_shared<Fp8ScalingState>(Fp8Recipe{.enabled = true, .scaling = *scaling});
+  linear.enable_fp8(state);
+  state->allocate(ctx);
+  return state;
 }
 
 // fc2 (row-parallel, F -> H) forward and backward, its input SwiGLU's output of `pre` [rows, 2F].
 Outcome run_fc2(Context& ctx, DType dtype, const Fp8Scaling* scaling, bool bias, bool produced) {
   RowParallelLinear fc2(ctx, "mlp.linear_fc2", kFfn, kHidden, bias, dtype, {});
   fc2.init(ctx, 11, 0.2);
-  std::shared_ptr<Fp8ScalingState> state;
-  if (scaling != nullptr) {
-    state = fp8_state(*scaling);
-    fc2.enable_fp8(state);
-    state->allocate(ctx);
-  }
+  const std::shared_ptr<Fp8ScalingState> state = enable_fp8(ctx, fc2, scaling);
   const Tensor pre = random_tensor(ctx, {kRows, 2 * kFfn}, dtype, 1, 2.0);
   const Tensor dy = random_tensor(ctx, {kRows, kHidden}, dtype, 2, 1.0);
   Tensor y = ctx.empty({kRows, kHidden}, dtype), dx = ctx.empty({kRows, kFfn}, dtype);
@@ -84,12 +85,7 @@ Outcome run_fc2(Context& ctx, DType dtype, const Fp8Scaling* scaling, bool bias,
 Outcome run_fc1(Context& ctx, DType dtype, const Fp8Scaling* scaling, bool bias, bool produced) {
   ColumnParallelLinear fc1(ctx, "mlp.linear_fc1", kHidden, 2 * kFfn, bias, dtype, {});
   fc1.init(ctx, 13, 0.2);
-  std::shared_ptr<Fp8ScalingState> state;
-  if (scaling != nullptr) {
-    state = fp8_state(*scaling);
-    fc1.enable_fp8(state);
-    state->allocate(ctx);
-  }
+  const std::shared_ptr<Fp8ScalingState> state = enable_fp8(ctx, fc1, scaling);
   const Tensor x = random_tensor(ctx, {kRows, kHidden}, dtype, 3, 1.0);
   const Tensor dact = random_tensor(ctx, {kRows, kFfn}, dtype, 4, 1.0);
   Tensor pre = ctx.empty({kRows, 2 * kFfn}, dtype), dx = ctx.empty({kRows, kHidden}, dtype);
