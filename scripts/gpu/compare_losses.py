@@ -15,7 +15,11 @@ import sys
 
 def losses(path):
     out = {}
-    with open(path, errors="replace") as f:
+    try:
+        f = open(path, errors="replace")
+    except OSError as e:
+        sys.exit(f"compare_losses.py: cannot read the log {path}: {e.strerror}")
+    with f:
         for line in f:
             m = re.search(r"iteration +(\d+)/.*lm loss: ([0-9.EeNAnaIif+-]+)", line)
             if m:
@@ -31,7 +35,10 @@ def main():
     tol = None
     if "--max-rel" in args:
         i = args.index("--max-rel")
-        tol = float(args[i + 1])
+        try:
+            tol = float(args[i + 1])
+        except (IndexError, ValueError):
+            sys.exit(f"compare_losses.py: --max-rel needs a number (got {args[i + 1:i + 2] or 'nothing'})")
         del args[i:i + 2]
     if len(args) != 3:
         sys.exit(__doc__)
