@@ -233,17 +233,17 @@ HostMicroBatch Trainer::host_micro_batch(const Tensor& samples, const SampleStre
 nn::StageInput Trainer::upload(const HostMicroBatch& mb) {
   nn::StageInput in{.tokens = ctx_.empty(mb.tokens.shape(), DType::I64), .labels = ctx_.empty(mb.labels.shape(), DType::I64),
                     .loss_mask = loss_mask_, .cu_seqlens = mb.cu_seqlens};
-  copy_tensor(ctx_, in.tokens, mb.tokens);
-  copy_tensor(ctx_, in.labels, mb.labels);
+  std::vector<UploadStaging::Transfer> transfers{{in.tokens, mb.tokens}, {in.labels, mb.labels}};
   // Some tokens do not count, or the rows are split over fewer CP ranks (hybrid CP): this micro-batch's own mask.
   if (mb.loss_tokens != double(mb.loss_mask.numel()) || mb.loss_mask.shape() != loss_mask_.shape()) {
     in.loss_mask = ctx_.empty(mb.loss_mask.shape(), DType::F32);
-    copy_tensor(ctx_, in.loss_mask, mb.loss_mask);
+    transfers.push_back({in.loss_mask, mb.loss_mask});
   }
   if (mb.position_ids.defined()) {
     in.position_ids = ctx_.empty(mb.position_ids.shape(), DType::I64);
-    copy_tensor(ctx_, in.position_ids, mb.position_ids);
+    transfers.push_back({in.position_ids, mb.position_ids});
   }
+  upload_staging_.upload(transfers);
   return in;
 }
 
@@ -367,6 +367,8 @@ Trainer::MicroBatchLosses Trainer::run_micro_batches(SampleStream& data, int64_t
       .seq = local_seq(),
       .input = [&](int m) {
         MEGATRON_CHECK(m == expected++, "Trainer: micro-batch ", m, "'s data asked for out of order");
+        // Outside the timer: the host waits here only when it is a full ring of uploads ahead of the device.
+        upload_staging_.wait_for_free_slot();
         TimerScope timer(forward_only ? nullptr : timers_, "batch-generator", 2, TimerClock::Host);
         result.record(next);
         return upload(next);

@@ -57,6 +57,7 @@
 #include "megatron/optim/param_groups.h"
 #include "megatron/distributed/distributed_data_parallel.h"
 #include "megatron/parallel/parallel_context.h"
+#include "megatron/runtime/upload_staging.h"
 #include "megatron/train/arguments.h"
 #include "megatron/train/batch_size_schedule.h"
 #include "megatron/trainer/batches.h"
@@ -227,6 +228,9 @@ class Trainer {
   int num_micro_batches_ = 1;
   size_t optimizer_allocated_bytes_ = 0;
   CpuAllocator host_;
+  // The micro-batches' uploads, through page-locked buffers: the host prepares and queues the next micro-batch
+  // without waiting for the device (four slots: up to four uploads queued ahead of the device).
+  UploadStaging upload_staging_{ctx_, 4};
   Tensor loss_mask_;  // [mbs, local seq] of ones on the device: every token counts
   data::DocumentFlags document_flags_;
   bool per_token_loss_ = false;   // --calculate-per-token-loss
