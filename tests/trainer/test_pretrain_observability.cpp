@@ -257,7 +257,9 @@ TEST(PretrainObservability, StragglerReportNamesTheSlowRank) {
                           (dir / "log.txt").string() + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << read_file(dir / "log.txt");
   const std::string log = read_file(dir / "log.txt");
+  // The slowed reader is the slowest in own work and in data time, and the lowest in throughput.
   const std::regex summary(R"(straggler report at iteration (\d+) \| MnRtt/Rnk: [0-9.]+ms/1 \| MxRtt/Rnk: [0-9.]+ms/0 \| )"
+                           R"(MnDRtt/Rnk: [0-9.]+ms/1 \| MxDRtt/Rnk: [0-9.]+ms/0 \| )"
                            R"(MnEtpt/Rnk: [0-9.]+TF/0 \| MxEtpt/Rnk: [0-9.]+TF/1)");
   EXPECT_EQ(std::distance(std::sregex_iterator(log.begin(), log.end(), summary), std::sregex_iterator()), 2) << log;
   const std::regex slowest(R"(slowest 1 rank\(s\) \(own work: data, forward, backward\):\n    rank 0 \(tp 0, pp 0, dp 0, cp 0, )"

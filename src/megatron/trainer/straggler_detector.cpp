@@ -72,13 +72,17 @@ StragglerDetector::StragglerDetector(const parallel::ParallelContext& parallel, 
   }
 }
 
-StragglerReport StragglerDetector::report(double busy_seconds, double iterations, double tflop_per_rank,
-                                          int64_t last_iteration) {
-  const double per_iteration = busy_seconds / std::max(iterations, 1.0);
-  const std::vector<double> times = gather_rows(world_, {per_iteration});  // seconds per iteration, by rank
+StragglerReport StragglerDetector::report(double data_seconds, double compute_seconds, double iterations,
+                                          double tflop_per_rank, int64_t last_iteration) {
+  const double per = 1.0 / std::max(iterations, 1.0);
+  // Seconds per iteration by rank: own work (data + compute) and data alone.
+  const std::vector<double> rows = gather_rows(world_, {(data_seconds + compute_seconds) * per, data_seconds * per});
   const int n = world_.size();
-  std::vector<double> tflops(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) tflops[size_t(r)] = times[size_t(r)] > 0 ? tflop_per_rank / times[size_t(r)] : 0.0;
+  std::vector<double> times(static_cast<size_t>(n)), data(static_cast<size_t>(n)), tflops(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    times[size_t(r)] = rows[2 * size_t(r)], data[size_t(r)] = rows[2 * size_t(r) + 1];
+    tflops[size_t(r)] = times[size_t(r)] > 0 ? tflop_per_rank / times[size_t(r)] : 0.0;
+  }
   std::vector<int> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tflops[size_t(a)] < tflops[size_t(b)]; });
@@ -86,12 +90,16 @@ StragglerReport StragglerDetector::report(double busy_seconds, double iterations
   out.slowest_rank = order.front(), out.fastest_rank = order.back();
   out.slowest_tflops = tflops[size_t(out.slowest_rank)], out.fastest_tflops = tflops[size_t(out.fastest_rank)];
   if (world_.rank() != 0) return out;
-  const auto fastest_time = std::min_element(times.begin(), times.end()), slowest_time = std::max_element(times.begin(), times.end());
-  out.text = str_cat(" [", now_timestamp(), "] straggler report at iteration ", last_iteration, " | MnRtt/Rnk: ",
-                     fixed2(1e3 * *fastest_time), "ms/", fastest_time - times.begin(), " | MxRtt/Rnk: ",
-                     fixed2(1e3 * *slowest_time), "ms/", slowest_time - times.begin(), " | MnEtpt/Rnk: ",
-                     fixed2(out.slowest_tflops), "TF/", out.slowest_rank, " | MxEtpt/Rnk: ", fixed2(out.fastest_tflops),
-                     "TF/", out.fastest_rank, "\n");
+  // "12.34ms/3": the smallest or largest value with its rank.
+  auto ms_with_rank = [](const std::vector<double>& v, bool largest) {
+    const auto it = largest ? std::max_element(v.begin(), v.end()) : std::min_element(v.begin(), v.end());
+    return str_cat(fixed2(1e3 * *it), "ms/", it - v.begin());
+  };
+  out.text = str_cat(" [", now_timestamp(), "] straggler report at iteration ", last_iteration,
+                     " | MnRtt/Rnk: ", ms_with_rank(times, false), " | MxRtt/Rnk: ", ms_with_rank(times, true),
+                     " | MnDRtt/Rnk: ", ms_with_rank(data, false), " | MxDRtt/Rnk: ", ms_with_rank(data, true),
+                     " | MnEtpt/Rnk: ", fixed2(out.slowest_tflops), "TF/", out.slowest_rank,
+                     " | MxEtpt/Rnk: ", fixed2(out.fastest_tflops), "TF/", out.fastest_rank, "\n");
   const int count = std::min(minmax_count_, n);
   auto line = [&](int r) {
     const double relative = out.fastest_tflops > 0 ? 100.0 * tflops[size_t(r)] / out.fastest_tflops : 0.0;

@@ -1,10 +1,11 @@
 // StragglerDetector: Megatron's --log-straggler. Every --log-interval each rank measures its throughput over its
-// own work in the interval -- reading and preparing its micro-batches and running their forwards and backwards
-// (the batch-generator, forward-compute and backward-compute timers: device time on GPUs, so waiting for other
-// ranks in the gradient reduction, the optimizer or pipeline receives does not count) -- as model FLOPs per
-// rank over that time. Rank 0 prints Megatron's summary (the minimum and maximum time and throughput with their
-// ranks) and the --straggler-minmax-count slowest and fastest ranks with their relative throughput, their
-// place in the layout (TP, PP, DP, CP ranks) and their host.
+// own work in the interval -- reading and preparing its micro-batches (the batch-generator timer: host time, the
+// uploads queued without waiting for the device) and running their forwards and backwards (forward-compute and
+// backward-compute: device time on GPUs, so waiting for other ranks in the gradient reduction, the optimizer or
+// pipeline receives does not count) -- as model FLOPs per rank over that time. Rank 0 prints Megatron's summary
+// (the minimum and maximum time, data time and throughput with their ranks) and the --straggler-minmax-count
+// slowest and fastest ranks with their relative throughput, their place in the layout (TP, PP, DP, CP ranks)
+// and their host.
 //
 // What a slow rank shows: its own lower throughput; collectives inside forward and backward (tensor
 // parallelism, overlapped gradient reduction) make the ranks that wait for it look slower too, so the report
@@ -35,10 +36,13 @@ class StragglerDetector {
   // Collective over the world: gathers every rank's layout position and host once.
   StragglerDetector(const parallel::ParallelContext& parallel, int minmax_count);
 
-  // Collective over the world. `busy_seconds`: this rank's own work over `iterations` iterations (last one
-  // `last_iteration`); `tflops_per_rank`: the model FLOPs per iteration per rank in TFLOP (a rank's throughput
-  // is that over its busy seconds per iteration).
-  StragglerReport report(double busy_seconds, double iterations, double tflop_per_rank, int64_t last_iteration);
+  // Collective over the world. Over `iterations` iterations (the last one `last_iteration`), this rank's own
+  // work was `data_seconds` of reading and preparing micro-batches (batch-generator) and `compute_seconds` of
+  // forwards and backwards; `tflop_per_rank`: the model FLOPs per iteration per rank in TFLOP (a rank's
+  // throughput is that over its own work per iteration). The summary line also gives the data time per
+  // iteration of the fastest and slowest readers (Megatron's MnDRtt/MxDRtt).
+  StragglerReport report(double data_seconds, double compute_seconds, double iterations, double tflop_per_rank,
+                         int64_t last_iteration);
 
   const std::vector<RankPosition>& positions() const { return positions_; }
 

@@ -20,9 +20,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 double gib(double bytes) { return bytes / double(1ull << 30); }
 
-// The timers the straggler detector reads: a rank's own work, not its waits for other ranks.
-constexpr const char* kOwnWorkTimers[] = {"batch-generator", "forward-compute", "backward-compute"};
-
 int timer_level(const train::Arguments& args) {
   return std::max(args.logging.timing_log_level, args.logging.log_straggler ? 2 : 0);
 }
@@ -231,11 +228,11 @@ void TrainLoop::report_interval(int64_t iteration, double seconds_per_iteration,
     if (last_rank_ && !timers.text.empty()) std::cout << timers.text << "\n" << std::flush;
   }
   if (straggler_) {
-    double own_work = 0;
-    for (const char* name : kOwnWorkTimers) own_work += timers_.elapsed_seconds(name);
+    const double data = timers_.elapsed_seconds("batch-generator");
+    const double compute = timers_.elapsed_seconds("forward-compute") + timers_.elapsed_seconds("backward-compute");
     // A rank's share of the model's FLOPs per iteration, in TFLOP (TFLOP/s per GPU x seconds per iteration).
     const double tflop_per_rank = tflops.value_or(0.0) * seconds_per_iteration;
-    const StragglerReport s = straggler_->report(own_work, iterations, tflop_per_rank, iteration);
+    const StragglerReport s = straggler_->report(data, compute, iterations, tflop_per_rank, iteration);
     if (!s.text.empty()) std::cout << s.text << std::flush;
     if (tensorboard_)
       tensorboard_->straggler(iteration, s.slowest_tflops, s.slowest_rank, s.fastest_tflops, s.fastest_rank);
