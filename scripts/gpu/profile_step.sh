@@ -9,7 +9,9 @@
 # had, the gaps between kernels), iterations 3-4 of 5 (ITERS-2 and ITERS-1 of ITERS) at the benchmark's batch (moe: scripts/gpu/moe_model.sh's
 # Mixtral-style model at mbs 2, GBS 16); prints how busy the GPU was and the time by kernel, and leaves the
 # Chrome trace in $OUT/kernels_<model>/trace.json.
-#   scripts/gpu/profile_step.sh --kernels gpt2|llama|moe [micro-batch] [global batch]
+#   scripts/gpu/profile_step.sh --kernels gpt2|llama|llama8b|moe [micro-batch] [global batch]
+# llama8b: Llama-3-8B-shaped layers (8 of them, fp8_bench.sh's shape) at mbs 1, GBS 8. EXTRA_ARGS is appended to
+# the run's flags (e.g. EXTRA_ARGS="--fp8-format hybrid --fp8-recipe delayed"), and TAG names its output folder.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -26,12 +28,23 @@ case $model in
                --ffn-hidden-size 5632 --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000
                --position-embedding-type rope --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights
                --disable-bias-linear) ;;
+  llama8b) ARGS=(--num-layers 8 --hidden-size 4096 --num-attention-heads 32 --group-query-attention
+                 --num-query-groups 8 --ffn-hidden-size 14336 --seq-length 4096 --max-position-embeddings 4096
+                 --vocab-size 128256 --rotary-base 500000 --position-embedding-type rope --swiglu
+                 --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear
+                 --use-distributed-optimizer) ;;
   moe) source scripts/gpu/moe_model.sh
        ARGS=("${MOE[@]}") ;;
-  *) echo "model: gpt2, llama or moe" >&2; exit 2 ;;
+  *) echo "model: gpt2, llama, llama8b or moe" >&2; exit 2 ;;
 esac
 if [ $kernels = 1 ]; then
-  if [ "$model" = moe ]; then mbs=${2:-2}; gbs=${3:-16}; else gbs=${3:-$(( mbs * 4 ))}; fi
+  case $model in
+    moe) mbs=${2:-2}; gbs=${3:-16} ;;
+    llama8b) mbs=${2:-1}; gbs=${3:-8} ;;
+    *) gbs=${3:-$(( mbs * 4 ))} ;;
+  esac
+  read -r -a extra <<<"${EXTRA_ARGS:-}"
+  model="${model}${TAG:+_$TAG}"
   iters=${ITERS:-5}  # the last two but one are recorded (iterations ITERS-2 and ITERS-1)
   dir="$OUT/kernels_${model}"
   rm -rf "$dir"
@@ -39,7 +52,7 @@ if [ $kernels = 1 ]; then
   timeout ${RUN_TIMEOUT:-300} $BUILD/tools/pretrain_gpt "${ARGS[@]}" --micro-batch-size "$mbs" --global-batch-size "$gbs" \
     --train-iters "$iters" --lr 3e-4 --bf16 --mock-data --hidden-dropout 0 --attention-dropout 0 --log-interval 1 \
     --eval-iters 0 --device cuda --profile --use-pytorch-profiler --profile-dir "$dir" \
-    --profile-step-start $(( iters - 2 )) --profile-step-end "$iters" >"$OUT/kernels_${model}.log" 2>&1
+    --profile-step-start $(( iters - 2 )) --profile-step-end "$iters" "${extra[@]}" >"$OUT/kernels_${model}.log" 2>&1
   echo "rc $? | $model mbs $mbs gbs $gbs"
   grep -E "elapsed time per iteration" "$OUT/kernels_${model}.log" | tail -3 | cut -c1-200
   grep -E "GPU busy|by kernel|^  +[0-9]|error|Error" "$OUT/kernels_${model}.log" | cut -c1-220 | head -40
