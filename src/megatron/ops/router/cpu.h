@@ -4,6 +4,7 @@
 
 #include "megatron/ops/router/capacity.h"
 #include "megatron/ops/router/router.h"
+#include "megatron/ops/router/sinkhorn.h"
 
 namespace megatron::ops::cpu {
 
@@ -20,6 +21,9 @@ void expert_token_counts(const Tensor& counts, const Tensor& indices, bool accum
 void router_z_loss_forward(const Tensor& loss, const Tensor& logits);
 void router_z_loss_backward(const Tensor& dlogits, const Tensor& logits, double coeff);
 void router_expert_bias_update(const Tensor& bias, const Tensor& counts, double rate);
+
+void router_sinkhorn(const Tensor& balanced, const Tensor& logits);
+void router_scores_at(const Tensor& probs, const Tensor& scores, const Tensor& indices);
 
 void router_drop_over_capacity(const Tensor& kept_probs, const Tensor& kept_indices, const Tensor& probs,
                                const Tensor& indices, int num_experts, int64_t capacity, bool by_probs);
