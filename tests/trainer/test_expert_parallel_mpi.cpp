@@ -6,8 +6,12 @@
 //   with expert TP 1 (both dispatchers) and expert TP 2, EP = 2 x DP = 2 with the distributed optimizer and
 //   overlapped reduction (expert gradients summed over expert-DP / DP), EP = 2 x PP = 2, EP = 2 x CP = 2 and
 //   EP = 4 x TP = 2 (8 ranks), capacity dropping (both policies) at EP = 2 and 4, and the sequence-level
-//   load-balancing loss under TP + SP and CP, and the aux-loss-free expert bias (updated once per step). The router losses' gradients and values must not change with TP, CP, EP or PP.
+//   load-balancing loss under TP + SP and CP, and the aux-loss-free expert bias (updated once per step). The
+//   router losses' gradients and values must not change with TP, CP, EP or PP. Sinkhorn routing (the z-loss
+//   its only router loss) at EP = 2 and 4 and EP = 2 x DP = 2.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "layout_training.h"
 #include "mpi_world.h"
@@ -95,6 +99,29 @@ TEST(ExpertParallelTraining, EveryLayoutTrainsLikeOneRank) {
   auto world = testing::mpi_world();
   ASSERT_EQ(world->size(), 8) << "run with mpiexec -np 8";
   expect_layouts_train_like_one_rank(*world, layouts(), {{"moe", kMoe}}, make_args, /*min_moe_losses=*/2);
+}
+
+// Sinkhorn routing balances each router call's own tokens (Megatron's), so the layouts that keep a rank's tokens
+// those of whole micro-batches (EP over DP) compute the one-rank function; under TP + SP or CP a rank balances a
+// part of the sequence, a different function by design.
+TEST(ExpertParallelTraining, SinkhornRoutingTrainsLikeOneRank) {
+  auto world = testing::mpi_world();
+  ASSERT_EQ(world->size(), 8) << "run with mpiexec -np 8";
+  std::vector<std::string> sinkhorn = kMoe;
+  const auto type = std::find(sinkhorn.begin(), sinkhorn.end(), "aux_loss");
+  ASSERT_NE(type, sinkhorn.end());
+  *type = "sinkhorn";
+  *std::next(std::find(sinkhorn.begin(), sinkhorn.end(), "--moe-aux-loss-coeff")) = "0";
+  const std::vector<std::string> a2a = {"--moe-token-dispatcher-type", "alltoall"};
+  const std::vector<Layout> sinkhorn_layouts = {
+      {"EP=2 allgather", 2, {.expert_model_parallel = 2}, {"--expert-model-parallel-size", "2"}},
+      {"EP=4 alltoall", 4, {.expert_model_parallel = 4}, {"--expert-model-parallel-size", "4", "--moe-token-dispatcher-type",
+                                                          "alltoall"}},
+      {"EP=2 x DP=2, distributed optimizer", 4, {.expert_model_parallel = 2},
+       {"--expert-model-parallel-size", "2", "--use-distributed-optimizer", "--overlap-grad-reduce"}},
+  };
+  expect_layouts_train_like_one_rank(*world, sinkhorn_layouts, {{"moe sinkhorn", sinkhorn}}, make_args,
+                                     /*min_moe_losses=*/1);
 }
 
 }  // namespace
