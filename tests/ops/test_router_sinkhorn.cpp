@@ -128,6 +128,9 @@ TEST(RouterSinkhorn, ScoresAtGathersTheChosenExperts) {
   ops::router_scores_at(cpu(), probs, scores, indices);
   for (int64_t i = 0; i < T * k; ++i)
     EXPECT_EQ(probs.data<double>()[i], scores.data<double>()[(i / k) * E + indices.data<int32_t>()[i]]);
+  // No slot per token: nothing to gather, and no error.
+  Tensor none = cpu().empty(Shape{T, 0}, I32), no_probs = cpu().empty(Shape{T, 0}, F64);
+  ops::router_scores_at(cpu(), no_probs, scores, none);
 }
 
 TEST(RouterSinkhornGpu, EqualsTheCpuBitForBit) {
@@ -160,6 +163,9 @@ TEST(RouterSinkhornGpu, ScoresAtEqualsTheCpu) {
   Tensor probs = gpu.empty(Shape{T, k}, F32);
   ops::router_scores_at(gpu, probs, testing::copy_on(gpu, scores), testing::copy_on(gpu, indices));
   EXPECT_EQ(testing::to_doubles(gpu, probs), testing::to_doubles(cpu(), want));
+  // k == 0 launches nothing (a grid of zero blocks would be a launch error).
+  ops::router_scores_at(gpu, gpu.empty(Shape{T, 0}, F32), testing::copy_on(gpu, scores), gpu.empty(Shape{T, 0}, I32));
+  gpu.synchronize();
 }
 
 }  // namespace

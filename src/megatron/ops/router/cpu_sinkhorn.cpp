@@ -14,11 +14,6 @@ namespace {
 using namespace router_rows;
 using enum DType;
 
-template <class C>
-C magnitude(C v) {
-  return v < C(0) ? -v : v;
-}
-
 // cost [T, E] <- Megatron's sinkhorn(exp(logits)), in place.
 template <class TL, class C>
 void balance(C* cost, const TL* logits, int64_t T, int64_t E) {
@@ -41,7 +36,7 @@ void balance(C* cost, const TL* logits, int64_t T, int64_t E) {
         s = rm::add(s, partial);
       }
       const C next = rm::mul(inv_e, rm::div(C(1), rm::add(s, eps)));
-      error = rm::add(error, magnitude(rm::sub(d1[size_t(e)], next)));
+      error = rm::add(error, rm::magnitude(rm::sub(d1[size_t(e)], next)));
       d1[size_t(e)] = next;
     }
     if (!(rm::div(error, C(E)) > tol)) break;

@@ -26,8 +26,6 @@ struct SinkhornArgs {
   float inv_t, inv_e, eps, tol;
 };
 
-__device__ __forceinline__ float magnitude(float v) { return v < 0.0f ? -v : v; }
-
 template <class TL>
 __global__ void __launch_bounds__(kSinkhornThreads) sinkhorn_kernel(const TL* __restrict__ logits, SinkhornArgs a) {
   __shared__ float d1[kMaxExperts], partial[kMaxExperts], change[kMaxExperts];
@@ -58,7 +56,7 @@ __global__ void __launch_bounds__(kSinkhornThreads) sinkhorn_kernel(const TL* __
       float s = 0.0f;
       for (int g = 0; g < G; ++g) s = rm::add(s, partial[g * E + e]);
       const float next = rm::mul(a.inv_e, rm::div(1.0f, rm::add(s, a.eps)));
-      change[e] = magnitude(rm::sub(d1[e], next));
+      change[e] = rm::magnitude(rm::sub(d1[e], next));
       d1[e] = next;
     }
     __syncthreads();

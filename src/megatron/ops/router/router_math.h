@@ -97,6 +97,12 @@ MEGATRON_HD double sqrt_of(double a) { return std::sqrt(a); }  // the F64 path: 
 MEGATRON_HD bool is_nan(float a) { return a != a; }
 MEGATRON_HD bool is_nan(double a) { return a != a; }
 
+// |v|, exact (the sign flipped, no rounding); NaN stays NaN.
+template <class C>
+MEGATRON_HD C magnitude(C v) {
+  return v < C(0) ? -v : v;
+}
+
 // max that propagates NaN from either side (the same bits whatever the order, up to the NaN payload).
 template <class C>
 MEGATRON_HD C max_nan(C a, C b) {

@@ -31,7 +31,7 @@ void router_scores_at(Context& ctx, const Tensor& probs, const Tensor& scores, c
   check.shape("probs", probs, indices.shape()).dtype("probs", probs, scores.dtype());
   check.that(indices.dim(0) == scores.dim(0), "argument indices is ", indices.describe(), " but scores ",
              scores.describe(), " has ", scores.dim(0), " rows");
-  if (scores.dim(0) == 0) return;
+  if (indices.numel() == 0) return;  // no token, or k == 0: nothing to gather
   MEGATRON_DISPATCH(ctx, cuda::router_scores_at(ctx, probs, scores, indices),
                     cpu::router_scores_at(probs, scores, indices));
 }
