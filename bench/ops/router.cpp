@@ -2,11 +2,11 @@
 // on logits uniform in [-1, 1), at the token counts of one router call (seq x micro-batch of a rank) and the
 // expert counts of Mixtral (8), DeepSeek-style (64) and wider routers.
 //
-// The op iterates to convergence on the device, so a row's time is about (iterations) x (one iteration's
-// passes). The config column names the iterations Megatron's loop needs on the
+// The op iterates to convergence inside one cooperative launch, so a row's time is about (iterations) x (three
+// grid-wide phases and their barriers). The config column names the iterations Megatron's loop needs on the
 // same logits (counted here on the host in double; the device's fp32 count can differ by one), so rows of
 // different shapes compare per iteration. Bytes: the logits read once and the balanced matrix written once (the fewest; each iteration
-// re-reads the matrix from L2), so "% of copy" is low by design: the op is bound by latency, not by bandwidth.
+// re-reads the matrix from L2), so "% of copy" is low by design: the op is bound by its barriers, not by bandwidth.
 // bench/reference/sinkhorn_peer.py times Megatron's own loop in PyTorch on the same shapes.
 #include <algorithm>
 #include <cmath>

@@ -89,7 +89,7 @@ if [[ $GROUPS_RUN == *" moe "* ]]; then
   run moe_shared_gate_one_gpu 1 "${MOE[@]}" "${SHARED[@]}"
   run moe_shared_gate_ep$GPUS "$GPUS" "${MOE[@]}" "${SHARED[@]}" --expert-model-parallel-size "$GPUS"
   compare moe_shared_gate_one_gpu moe_shared_gate_ep$GPUS
-  # Sinkhorn routing (balanced on the device by one block per router call) instead of the aux loss.
+  # Sinkhorn routing (balanced on the device by one cooperative launch per router call) instead of the aux loss.
   SINKHORN=(--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 1408 --moe-grouped-gemm
             --moe-token-dispatcher-type alltoall --moe-router-load-balancing-type sinkhorn)
   run moe_sinkhorn_one_gpu 1 "${SINKHORN[@]}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, one call: the MoE router's GPU suites (top-k routing and Sinkhorn balancing, each against the
-# CPU's bits) and Sinkhorn's speed: bench_ops --only router (iterating on the device) beside Megatron's
+# CPU's bits) and Sinkhorn's speed: bench_ops --only router (one cooperative launch iterating on the device) beside Megatron's
 # loop in PyTorch on the same shapes (bench/reference/sinkhorn_peer.py). Logs under $OUT; a table last.
 #   scripts/gpu/router_bench.sh
 set -uo pipefail
@@ -23,6 +23,6 @@ since tests
 timeout 120 build-gpu/bench/bench_ops --only router >"$OUT/bench_router.log" 2>&1 || tail -3 "$OUT/bench_router.log"
 timeout 120 python3 bench/reference/sinkhorn_peer.py >"$OUT/sinkhorn_peer.log" 2>&1 || tail -3 "$OUT/sinkhorn_peer.log"
 since bench
-echo "== Sinkhorn balancing: ours (on the device) and Megatron's loop in PyTorch"
+echo "== Sinkhorn balancing: ours (one launch on the device) and Megatron's loop in PyTorch"
 grep -E "^device|^\| (family|router)" "$OUT/bench_router.log"
 grep -E "^\|" "$OUT/sinkhorn_peer.log"

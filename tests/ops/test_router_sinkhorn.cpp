@@ -3,7 +3,8 @@
 // for F64 logits and to fp32's accumulated rounding for F32, BF16 and F16; and against what balancing means:
 // every column of the result sums to 1/E and every row to 1/T within the stopping tolerance. Logits that
 // overflow exp end the loop at once (no hang). The CUDA path must give the CPU's bits for every dtype and
-// shape, including more experts than the block has threads. router_scores_at gathers the gates; the CPU
+// shape: one block or many, a last row chunk shorter than the others, chunks longer than 64 rows (T > 16384),
+// and more experts than a block has threads. router_scores_at gathers the gates; the CPU
 // refuses an index outside the experts.
 #include <gtest/gtest.h>
 
@@ -76,7 +77,7 @@ std::string describe(const Case& c) {
 TEST(RouterSinkhorn, MatchesMegatronsLoopAndBalancesTheMatrix) {
   const Case cases[] = {{1, 1, F64, 1.0},  {1, 8, F64, 1.0},   {7, 3, F64, 2.0},   {300, 8, F64, 1.0},
                         {1000, 6, F32, 1.0}, {513, 160, F32, 0.5}, {257, 64, BF16, 2.0}, {129, 8, F16, 1.0},
-                        {2000, 2, F32, 3.0}};
+                        {2000, 2, F32, 3.0},  {20011, 5, F32, 1.0}};
   for (const Case& c : cases) {
     SCOPED_TRACE(describe(c));
     const Tensor logits = random_logits(c.T, c.E, c.dt, c.spread, testing::seed_from(describe(c)));
@@ -138,7 +139,8 @@ TEST(RouterSinkhornGpu, EqualsTheCpuBitForBit) {
   Context& gpu = testing::cuda_context();
   const Case cases[] = {{1, 1, F32, 1.0},    {5, 8, F32, 1.0},     {1000, 6, F32, 1.0}, {4099, 8, F32, 2.0},
                         {513, 160, F32, 0.5}, {257, 64, BF16, 2.0}, {129, 8, F16, 1.0},  {33, 1100, F32, 1.0},
-                        {8192, 8, F32, 1.0}};
+                        {8192, 8, F32, 1.0},  {8192, 128, F32, 1.0}, {3, 2048, F32, 1.0}, {20011, 8, F32, 2.0},
+                        {70001, 4, BF16, 1.0}};
   for (const Case& c : cases) {
     SCOPED_TRACE(describe(c));
     const Tensor logits = random_logits(c.T, c.E, c.dt, c.spread, testing::seed_from(describe(c)));

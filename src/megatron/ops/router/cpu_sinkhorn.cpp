@@ -1,5 +1,5 @@
 // CPU reference of the Sinkhorn routing ops (sinkhorn.h): the balancing in the summation order of the CUDA
-// block (rows over e in order; columns as G interleaved partial sums added in order), with router_math.h's
+// kernel (rows over e in order; columns as sums of row chunks, added in chunk order), with router_math.h's
 // operations, so that both devices give the same bits. One thread: the cost matrix is small (tokens x experts).
 #include <algorithm>
 #include <vector>
@@ -18,7 +18,7 @@ using enum DType;
 template <class TL, class C>
 void balance(C* cost, const TL* logits, int64_t T, int64_t E) {
   for (int64_t i = 0; i < T * E; ++i) cost[i] = rm::exp_of(widen<C>(logits[i]));
-  const int64_t G = std::max<int64_t>(1, kSinkhornThreads / E);
+  const int64_t R = sinkhorn_chunk_rows(T);
   const C inv_t = C(1.0 / double(T)), inv_e = C(1.0 / double(E)), eps = C(1e-8), tol = C(1e-4);
   std::vector<C> d0 = buffer<C>(T), d1(static_cast<size_t>(E), C(1));
   for (int iteration = 0; iteration < kSinkhornMaxIterations; ++iteration) {
@@ -30,10 +30,11 @@ void balance(C* cost, const TL* logits, int64_t T, int64_t E) {
     C error = C(0);
     for (int64_t e = 0; e < E; ++e) {
       C s = C(0);
-      for (int64_t g = 0; g < G; ++g) {
-        C partial = C(0);
-        for (int64_t t = g; t < T; t += G) partial = rm::add(partial, rm::mul(d0[size_t(t)], cost[t * E + e]));
-        s = rm::add(s, partial);
+      for (int64_t first = 0; first < T; first += R) {
+        C chunk = C(0);
+        for (int64_t t = first; t < std::min(T, first + R); ++t)
+          chunk = rm::add(chunk, rm::mul(d0[size_t(t)], cost[t * E + e]));
+        s = rm::add(s, chunk);
       }
       const C next = rm::mul(inv_e, rm::div(C(1), rm::add(s, eps)));
       error = rm::add(error, rm::magnitude(rm::sub(d1[size_t(e)], next)));

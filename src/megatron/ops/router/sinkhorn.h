@@ -11,12 +11,14 @@
 //   balanced_te = (d1_e * cost_te) * d0_t,   cost = exp(logits).
 // Arithmetic is fp32 for F32 / BF16 / F16 logits (Megatron's dtype here) and fp64 for F64 logits (CPU only),
 // with router_math.h's correctly rounded operations and exp; 1/T and 1/E (formed in fp64, as Megatron's Python
-// scalars are), 1e-8 and 1e-4 are rounded to the arithmetic type. The sums run in one fixed order on both devices, so CPU and CUDA give the same bits:
+// scalars are), 1e-8 and 1e-4 are rounded to the arithmetic type. The sums run in one fixed order on both
+// devices, so CPU and CUDA give the same bits:
 //   a row's sum over e: in order e = 0 .. E-1;
-//   column e's sum over t: G = max(1, 1024 / E) partial sums, partial g adding t = g, g + G, g + 2G, ... in
-//   order, then the partials added in order g = 0 .. G-1;
+//   column e's sum over t: the rows cut into chunks of R = sinkhorn_chunk_rows(T) (the last may be shorter),
+//   each chunk summed in order of t, then the chunk sums added in order of the chunk;
 //   the error: the |differences| added in order e = 0 .. E-1, then divided by E.
-// The CUDA path is one block that iterates on the device: no host synchronisation.
+// The CUDA path is one cooperative launch that iterates on the device, its blocks meeting at grid-wide
+// barriers (rows, chunks, then one block's column totals and stopping test): no host synchronisation.
 //
 // router_scores_at(probs [T, k], scores [T, E], indices [T, k]): probs_tj = scores[t, indices_tj] (the gates of
 // the chosen experts: Sinkhorn routing gates with the plain activation, not the balanced costs). An index
@@ -31,7 +33,9 @@
 namespace megatron::ops {
 
 inline constexpr int kSinkhornMaxIterations = 1000;
-inline constexpr int kSinkhornThreads = 1024;  // the CUDA block; sets G in the column order above
+// Rows per chunk of the column sums: at least 64 (a chunk is one thread's sequential sum on CUDA), and at most
+// 256 chunks (one thread adds a column's chunk sums in sequence).
+inline constexpr int64_t sinkhorn_chunk_rows(int64_t T) { return T / 256 >= 64 ? (T + 255) / 256 : 64; }
 
 void router_sinkhorn(Context& ctx, const Tensor& balanced, const Tensor& logits);
 void router_scores_at(Context& ctx, const Tensor& probs, const Tensor& scores, const Tensor& indices);
