@@ -12,8 +12,8 @@
 #   scaling   a 16-layer 8B-shaped model that fits one GPU: one GPU at GBS 32 against DP=8 at GBS 256 (the same
 #             work per GPU), for the scaling efficiency (per-GPU tokens/s of DP=8 over one GPU's).
 #   70b       a 70B shape (80 layers, h 8192, GQA 64/8, ffn 28672, seq 4096, GBS 32) in the layout the planner
-#             ranks first for 8 GPUs (its row is parsed from the plan; TP=4 x PP=2 with half the optimizer on
-#             the host when this was written), 3 iterations.
+#             ranks first for 8 GPUs (its row is parsed from the plan; TP=8 with a quarter of the optimizer state
+#             on the host when this was written, the offload's pinned memory held to the node's), 3 iterations.
 #   mixtral   a Mixtral-8x7B shape (32 layers, h 4096, 8 experts of ffn 14336, top-2, seq 4096, GBS 64) in the
 #             planner's first layout with expert parallelism, per-layer MoE losses logged
 #             (--moe-per-layer-logging) for the load balance.
@@ -21,7 +21,9 @@
 #   scripts/gpu/node_bench.sh [plan] [8b] [scaling] [70b] [mixtral] [overlap]   (default: plan 8b)
 # The summary sets each run beside the planner's step-time estimate and peak for its own flags (--dry-run).
 # GPUS=4 rehearses the stages on nvidia-h200-x4: the same layouts with DP halved, the global batches scaled to
-# 32 sequences per GPU (GBS_PER_GPU), TP=8 left out; --dry-run-layouts for that many GPUs.
+# 32 sequences per GPU (GBS_PER_GPU), TP=8 left out; --dry-run-layouts for that many GPUs. LAYERS_70B and
+# LAYERS_MIXTRAL (default 80 and 32) cut those shapes' depth, so that fewer GPUs rehearse their layers' kernels
+# and the planner's figures for them (GPUS=2 LAYERS_70B=8 LAYERS_MIXTRAL=8 ... 70b mixtral).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export GPUS=${GPUS:-8}
@@ -37,9 +39,9 @@ COMMON=(--bf16 --mock-data --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --lr-
         --group-query-attention --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1)
 LLAMA3_8B=(--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --num-query-groups 8 --ffn-hidden-size 14336
            --vocab-size 128256 --rotary-base 500000)
-LLAMA_70B=(--num-layers 80 --hidden-size 8192 --num-attention-heads 64 --num-query-groups 8 --ffn-hidden-size 28672
+LLAMA_70B=(--num-layers "${LAYERS_70B:-80}" --hidden-size 8192 --num-attention-heads 64 --num-query-groups 8 --ffn-hidden-size 28672
            --vocab-size 128256 --rotary-base 500000 --global-batch-size 32)
-MIXTRAL=(--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --num-query-groups 8 --ffn-hidden-size 14336
+MIXTRAL=(--num-layers "${LAYERS_MIXTRAL:-32}" --hidden-size 4096 --num-attention-heads 32 --num-query-groups 8 --ffn-hidden-size 14336
          --vocab-size 32000 --rotary-base 1000000 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 14336
          --moe-grouped-gemm --moe-token-dispatcher-type alltoall --moe-aux-loss-coeff 1e-2
          --moe-router-load-balancing-type aux_loss --global-batch-size 64)

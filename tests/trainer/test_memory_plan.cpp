@@ -160,7 +160,7 @@ TEST(LayoutSearch, ListsOnlyValidLayoutsThatFitFastestFirst) {
   std::vector<std::string> flags = kLlama;
   flags.insert(flags.end(), {"--bf16", "--global-batch-size", "8", "--num-layers", "4"});
   const train::Arguments base = make_args(flags);
-  const std::vector<LayoutCandidate> all = search_layouts(base, 4, 1e12);
+  const std::vector<LayoutCandidate> all = search_layouts(base, 4, {.gpu_bytes = 1e12});
   ASSERT_FALSE(all.empty());
   bool saw_tp2 = false, saw_pp2 = false, saw_full = false;
   for (size_t i = 0; i < all.size(); ++i) {
@@ -198,7 +198,7 @@ TEST(LayoutSearch, ListsOnlyValidLayoutsThatFitFastestFirst) {
     if (c.tp == 1 && c.pp == 1 && c.cp == 1 && c.recompute == "none" && c.state == "distributed optimizer") plain_dp4 = &c;
   ASSERT_NE(plain_dp4, nullptr);
   const double cap = plain_dp4->peak_bytes - 1;
-  const std::vector<LayoutCandidate> capped = search_layouts(base, 4, cap);
+  const std::vector<LayoutCandidate> capped = search_layouts(base, 4, {.gpu_bytes = cap});
   for (const LayoutCandidate& c : capped) EXPECT_LE(c.peak_bytes, cap);
   // Just below its peak the plain DP = 4 split still fits by offloading part of the optimizer state, and pays
   // the host update for it.
@@ -212,14 +212,51 @@ TEST(LayoutSearch, ListsOnlyValidLayoutsThatFitFastestFirst) {
     }
   }
   ASSERT_EQ(offloaded.size(), 1u);
-  EXPECT_NE(describe(offloaded, base, 4, cap).find(" offload 0.25 "), std::string::npos);
-  EXPECT_TRUE(search_layouts(base, 4, 1).empty());
-  EXPECT_NE(describe({}, base, 4, 1).find("no TP x PP x CP x DP split"), std::string::npos);
+  EXPECT_NE(describe(offloaded, base, 4, {.gpu_bytes = cap}).find(" offload 0.25 "), std::string::npos);
+  EXPECT_TRUE(search_layouts(base, 4, {.gpu_bytes = 1}).empty());
+  EXPECT_NE(describe({}, base, 4, {.gpu_bytes = 1}).find("no TP x PP x CP x DP split"), std::string::npos);
   train::Arguments unlimited = base;  // no --train-iters / --train-samples: no layout can make that valid
   unlimited.training.train_iters = 0;
-  const std::string refused = describe(search_layouts(unlimited, 4, 1e12), unlimited, 4, 1e12);
+  const LayoutBudget unlimited_gpu{.gpu_bytes = 1e12};
+  const std::string refused = describe(search_layouts(unlimited, 4, unlimited_gpu), unlimited, 4, unlimited_gpu);
   EXPECT_NE(refused.find("refused even as plain data parallelism over 4 GPUs: "), std::string::npos) << refused;
-  EXPECT_NE(describe(capped, base, 4, cap).find("est. step s"), std::string::npos);
+  EXPECT_NE(describe(capped, base, 4, {.gpu_bytes = cap}).find("est. step s"), std::string::npos);
+}
+
+// An offload pins its masters, moments and staging copies in host memory, which the ranks of a node share: the
+// search keeps an offloading layout only while its largest rank's pinned bytes, times the node's ranks, fit the
+// node's memory less a tenth and 4 GiB per rank. The plain DP = 4 split just over the GPU cap offloads 0.25 of
+// its state; a host one byte short of that drops it, one byte more keeps it, and two GPUs per node (two ranks
+// sharing a host) halve what the node needs.
+TEST(LayoutSearch, OffloadsOnlyWhatTheNodesHostMemoryHolds) {
+  std::vector<std::string> flags = kLlama;
+  flags.insert(flags.end(), {"--bf16", "--global-batch-size", "8", "--num-layers", "4"});
+  const train::Arguments base = make_args(flags);
+  std::vector<std::string> plain_flags = flags;
+  const double cap = plan_memory(make_args(plain_flags, 4)).worst().peak - 1;  // plain DP = 4 no longer fits
+  std::vector<std::string> offload_flags = flags;
+  offload_flags.insert(offload_flags.end(), {"--optimizer-cpu-offload", "--optimizer-offload-fraction", "0.25"});
+  const double pinned = plan_memory(make_args(offload_flags, 4)).most_host_bytes();
+  ASSERT_GT(pinned, 0);
+  const auto plain_offloads = [&](const LayoutBudget& budget) {
+    int n = 0;
+    for (const LayoutCandidate& c : search_layouts(base, 4, budget))
+      n += c.tp == 1 && c.pp == 1 && c.cp == 1 && c.recompute == "none" && c.state == "offload 0.25";
+    return n;
+  };
+  // The node's memory whose room for offloads is `room` bytes, for `ranks` ranks on the node.
+  const auto node_with_room = [](double room, int ranks) { return (room + ranks * kHostBytesPerRank) / 0.9; };
+  EXPECT_EQ(plain_offloads({.gpu_bytes = cap}), 1);  // no host limit
+  EXPECT_EQ(plain_offloads({.gpu_bytes = cap, .host_bytes_per_node = node_with_room(4 * pinned + 64, 4)}), 1);
+  EXPECT_EQ(plain_offloads({.gpu_bytes = cap, .host_bytes_per_node = node_with_room(4 * pinned - 64, 4)}), 0);
+  EXPECT_EQ(plain_offloads({.gpu_bytes = cap, .host_bytes_per_node = node_with_room(2 * pinned + 64, 2),
+                            .gpus_per_node = 2}), 1);
+  EXPECT_EQ(plain_offloads({.gpu_bytes = cap, .host_bytes_per_node = node_with_room(2 * pinned + 64, 2)}), 0);
+  // Layouts without offload do not depend on the host; the table's title names the host budget.
+  const LayoutBudget tiny_host{.gpu_bytes = 1e12, .host_bytes_per_node = 1};
+  EXPECT_EQ(search_layouts(base, 4, tiny_host).size(), search_layouts(base, 4, {.gpu_bytes = 1e12}).size());
+  const std::string title = describe(search_layouts(base, 4, tiny_host), base, 4, tiny_host);
+  EXPECT_NE(title.find("whose offloaded optimizer state fits 0 GiB of a node's host memory"), std::string::npos) << title;
 }
 
 // --dry-run's estimate for a run's own layout is the search's for the same candidate: the layouts a search lists,
@@ -229,7 +266,7 @@ TEST(LayoutSearch, DryRunEstimateOfALayoutIsTheSearchsFigureForIt) {
   flags.insert(flags.end(), {"--bf16", "--global-batch-size", "8", "--num-layers", "4"});
   const train::Arguments base = make_args(flags);
   int checked = 0;
-  for (const LayoutCandidate& c : search_layouts(base, 4, 1e12)) {
+  for (const LayoutCandidate& c : search_layouts(base, 4, {.gpu_bytes = 1e12})) {
     if (c.state != "distributed optimizer") continue;
     std::vector<std::string> launch = flags;
     launch.insert(launch.end(), {"--tensor-model-parallel-size", std::to_string(c.tp), "--pipeline-model-parallel-size",
@@ -257,7 +294,7 @@ TEST(LayoutSearch, MoeModelsTryEveryExpertParallelSize) {
   flags.insert(flags.end(), {"--bf16", "--global-batch-size", "8", "--num-layers", "4"});
   flags.insert(flags.end(), kMoe.begin(), kMoe.end());
   const train::Arguments base = make_args(flags);
-  const std::vector<LayoutCandidate> all = search_layouts(base, 4, 1e12);
+  const std::vector<LayoutCandidate> all = search_layouts(base, 4, {.gpu_bytes = 1e12});
   const auto find = [&](const std::vector<LayoutCandidate>& list, int ep) -> const LayoutCandidate* {
     for (const LayoutCandidate& c : list)
       if (c.tp == 1 && c.pp == 1 && c.cp == 1 && c.ep == ep && c.recompute == "none" && c.state == "distributed optimizer")
@@ -270,11 +307,11 @@ TEST(LayoutSearch, MoeModelsTryEveryExpertParallelSize) {
   EXPECT_GT(ep2->peak_bytes, ep4->peak_bytes);
   for (const LayoutCandidate& c : all) EXPECT_EQ(4 % c.ep, 0) << c.ep;
   const double cap = ep1->peak_bytes - 1;
-  const std::vector<LayoutCandidate> capped = search_layouts(base, 4, cap);
+  const std::vector<LayoutCandidate> capped = search_layouts(base, 4, {.gpu_bytes = cap});
   EXPECT_EQ(find(capped, 1), nullptr);
   EXPECT_NE(find(capped, 2), nullptr);
   EXPECT_NE(find(capped, 4), nullptr);
-  EXPECT_NE(describe(all, base, 4, 1e12).find("   EP  recompute"), std::string::npos);
+  EXPECT_NE(describe(all, base, 4, {.gpu_bytes = 1e12}).find("   EP  recompute"), std::string::npos);
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ class AdamW {
   // A reader of the tensors step() modifies (parameters, masters, moments) that still runs asynchronously
   // -- an --async-save snapshot's device-to-host copies on their own stream -- registers `fence` here; the
   // next step() calls it once, before it queues anything, with its ctx (the fence queues a stream wait on
-  // an event; the host does not wait). A later registration replaces an unused one. (Issue 7.)
+  // an event; the host does not wait). A later registration replaces an unused one.
   void before_next_update(std::function<void(Context&)> fence) { fence_ = std::move(fence); }
 
   // Overlapped offload transfers (options().overlap_offload_transfers), one round per iteration:

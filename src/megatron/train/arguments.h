@@ -167,6 +167,8 @@ struct TrainingArguments {
   int dry_run_world_size = 0;                // the world the plan is for (0: the launcher's)
   int dry_run_layouts = 0;                   // > 0: list the layouts of this many GPUs that fit (layout_search.h)
   double dry_run_gpu_memory = 78;            // GiB usable per GPU for that list (an 80 GB H100 less its context)
+  double dry_run_host_memory = 0;            // GiB of host memory per node for that list (0: this machine's)
+  int dry_run_gpus_per_node = 8;             // the GPUs sharing one node's host memory, for that list
   bool optimizer_cpu_offload = false;        // masters and moments of a fraction of the parameters on the host
   double optimizer_offload_fraction = 1.0;   // Megatron's default: all of them
   bool overlap_cpu_optimizer_d2h_h2d = false;  // side-stream transfers of the offloaded update (optim/adamw.h)

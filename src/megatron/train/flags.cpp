@@ -109,16 +109,6 @@ std::vector<FlagSpec> training_flags() {
       flag("--adam-beta1", &A::training, &T::adam_beta1, "Adam beta1"),
       flag("--adam-beta2", &A::training, &T::adam_beta2, "Adam beta2"),
       flag("--adam-eps", &A::training, &T::adam_eps, "Adam epsilon"),
-      flag("--dry-run", &A::training, &T::dry_run,
-           "ours: validate the flags, print each pipeline rank's predicted memory (model state, activations through "
-           "the pipeline schedule, peak) and exit without allocating anything"),
-      flag("--dry-run-world-size", &A::training, &T::dry_run_world_size,
-           "ours: with --dry-run, plan for this many ranks instead of the launcher's"),
-      flag("--dry-run-layouts", &A::training, &T::dry_run_layouts,
-           "ours: list the TP x PP x CP x DP layouts (and recomputation) of N GPUs whose planned peak fits, fastest "
-           "first by an estimate, and exit"),
-      flag("--dry-run-gpu-memory", &A::training, &T::dry_run_gpu_memory,
-           "ours: GiB usable per GPU for --dry-run-layouts (default 78: an 80 GB H100)"),
       flag("--optimizer-cpu-offload", &A::training, &T::optimizer_cpu_offload,
            "keep the optimizer state of --optimizer-offload-fraction of the parameters in host memory and update "
            "them on the CPU"),
@@ -158,6 +148,27 @@ std::vector<FlagSpec> training_flags() {
            "with --profile: the trace also holds every kernel, copy and memset the GPU ran (recorded by CUPTI, as "
            "PyTorch's profiler does in Megatron), one row per stream, and rank 0 prints how busy the GPU was; "
            "written to --profile-dir, else to <--tensorboard-dir>/../torch_profile as Megatron does"),
+  };
+}
+
+// The planner: --dry-run's memory plan and --dry-run-layouts' search (trainer/memory_plan.h, layout_search.h).
+std::vector<FlagSpec> planner_flags() {
+  return {
+      flag("--dry-run", &A::training, &T::dry_run,
+           "ours: validate the flags, print each pipeline rank's predicted memory (model state, activations through "
+           "the pipeline schedule, peak) and exit without allocating anything"),
+      flag("--dry-run-world-size", &A::training, &T::dry_run_world_size,
+           "ours: with --dry-run, plan for this many ranks instead of the launcher's"),
+      flag("--dry-run-layouts", &A::training, &T::dry_run_layouts,
+           "ours: list the TP x PP x CP x DP layouts (and recomputation) of N GPUs whose planned peak fits, fastest "
+           "first by an estimate, and exit"),
+      flag("--dry-run-gpu-memory", &A::training, &T::dry_run_gpu_memory,
+           "ours: GiB usable per GPU for --dry-run-layouts (default 78: an 80 GB H100)"),
+      flag("--dry-run-host-memory", &A::training, &T::dry_run_host_memory,
+           "ours: GiB of host memory per node for --dry-run-layouts, which an optimizer offload's pinned state must "
+           "fit (default 0: this machine's)"),
+      flag("--dry-run-gpus-per-node", &A::training, &T::dry_run_gpus_per_node,
+           "ours: GPUs per node sharing that host memory, for --dry-run-layouts (default 8)"),
   };
 }
 
@@ -452,7 +463,7 @@ const std::vector<FlagSpec>& flag_table() {
     // The order matters where two flags are as near to a mistyped one (nearest_flag takes the first): the
     // layout's flags (TP, PP) come before context parallelism's, as in Megatron's argument groups.
     for (auto group : {&model_flags, &moe_flags, &fp8_flags, &recompute_flags, &tp_comm_overlap_flags,
-                       &training_flags, &schedule_flags, &logging_flags, &parallel_flags, &context_parallel_flags,
+                       &training_flags, &planner_flags, &schedule_flags, &logging_flags, &parallel_flags, &context_parallel_flags,
                        &data_flags, &checkpoint_flags, &compat_flags})
       for (FlagSpec& f : group()) all.push_back(std::move(f));
     return all;

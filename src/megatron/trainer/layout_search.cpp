@@ -1,6 +1,7 @@
 #include "megatron/trainer/layout_search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -128,7 +129,17 @@ std::vector<int> expert_parallel_sizes(const train::Arguments& base, int gpus) {
   return out;
 }
 
-std::vector<LayoutCandidate> search_layouts(const train::Arguments& base, int gpus, double gpu_bytes) {
+double host_bytes_for_offload(const LayoutBudget& budget, int gpus) {
+  const int ranks = std::min(gpus, budget.gpus_per_node);
+  return std::max(0.0, 0.9 * budget.host_bytes_per_node - ranks * kHostBytesPerRank);
+}
+
+double offload_bytes_per_node(double most_host_bytes_of_a_rank, const LayoutBudget& budget, int gpus) {
+  return most_host_bytes_of_a_rank * std::min(gpus, budget.gpus_per_node);
+}
+
+std::vector<LayoutCandidate> search_layouts(const train::Arguments& base, int gpus, const LayoutBudget& budget) {
+  const double host_room = host_bytes_for_offload(budget, gpus);
   std::vector<LayoutCandidate> out;
   for (int tp : powers_of_two_up_to(std::min(gpus, 8)))
     for (int pp = 1; pp <= std::min(gpus / tp, base.model.num_layers); ++pp)
@@ -141,8 +152,10 @@ std::vector<LayoutCandidate> search_layouts(const train::Arguments& base, int gp
             train::Arguments a;
             if (!candidate_args(base, gpus, tp, pp, cp, ep, recompute, fsdp, offload, a)) return false;
             if (fsdp && a.data_parallel_size() == 1) return false;
-            const double peak = plan_memory(a).worst().peak;
-            if (peak > gpu_bytes) return false;
+            const MemoryPlan plan = plan_memory(a);
+            const double peak = plan.worst().peak;
+            if (peak > budget.gpu_bytes) return false;
+            if (offload > 0 && offload_bytes_per_node(plan.most_host_bytes(), budget, gpus) > host_room) return false;
             out.push_back({.tp = tp, .pp = pp, .cp = cp, .dp = a.data_parallel_size(), .ep = ep,
                            .recompute = recompute, .state = state, .peak_bytes = peak,
                            .step_seconds = step_seconds(a, recompute)});
@@ -176,11 +189,15 @@ double estimated_step_seconds(const train::Arguments& args) {
 }
 
 std::string describe(const std::vector<LayoutCandidate>& layouts, const train::Arguments& base, int gpus,
-                     double gpu_bytes) {
+                     const LayoutBudget& budget) {
   std::ostringstream out;
   const double gib = double(1ull << 30);
-  out << "layouts of " << gpus << " GPUs whose predicted peak fits " << gpu_bytes / gib
-      << " GiB, by estimated step time (trainer/layout_search.h says how it is estimated):\n";
+  out << "layouts of " << gpus << " GPUs whose predicted peak fits " << budget.gpu_bytes / gib << " GiB";
+  if (std::isfinite(budget.host_bytes_per_node))
+    out << " and whose offloaded optimizer state fits " << host_bytes_for_offload(budget, gpus) / gib
+        << " GiB of a node's host memory (" << budget.host_bytes_per_node / gib << " GiB for "
+        << std::min(gpus, budget.gpus_per_node) << " GPUs)";
+  out << ", by estimated step time (trainer/layout_search.h says how it is estimated):\n";
   if (layouts.empty()) {
     // Flags that no layout can make valid (a missing --train-iters, say) are not a memory problem: say which.
     train::Arguments plain;
@@ -189,8 +206,8 @@ std::string describe(const std::vector<LayoutCandidate>& layouts, const train::A
       out << "  none: the flags are refused even as plain data parallelism over " << gpus << " GPUs: " << refusal
           << "\n";
     else
-      out << "  none: no TP x PP x CP x DP split with any recomputation, FSDP or optimizer offload fits; try more "
-             "GPUs or a smaller micro-batch\n";
+      out << "  none: no TP x PP x CP x DP split with any recomputation, FSDP or optimizer offload fits (the GPU, "
+             "and the host for what an offload pins there); try more GPUs or a smaller micro-batch\n";
     return out.str();
   }
   char line[200];

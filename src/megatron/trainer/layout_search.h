@@ -6,7 +6,10 @@
 // parallelism on, and the model state kept three ways: the distributed optimizer; Megatron FSDP
 // (optim_grads_params, both overlap flags) where DP > 1; and, where the distributed optimizer does not fit, the
 // same with the smallest optimizer CPU offload fraction of 0.25, 0.5, 0.75, 1 that fits. The memory plan
-// (memory_plan.h) of each, kept when its peak fits the GPU; ordered by an estimated step time.
+// (memory_plan.h) of each, kept when its peak fits the GPU and its offloaded state fits the host: the most
+// pinned host memory any rank's offload takes, times the ranks of a node (min(N, gpus_per_node)), within the
+// node's memory less a tenth (the OS, the page cache) and kHostBytesPerRank per rank (its process: the CUDA
+// context, libraries, the data pipeline). Ordered by an estimated step time.
 //
 // The step-time estimate (not yet checked against multi-GPU measurements):
 //   compute = Megatron's FLOPs / (N x the whole-step rate measured on one H100: 550 TFLOP/s in bf16, 700 with
@@ -19,8 +22,8 @@
 //   FSDP: each micro-batch all-gathers the rank's model-parallel parameters twice (bf16) and reduce-scatters
 //             their fp32 gradients, 8 bytes a parameter x (DP - 1) / DP, at 270 GB/s with 58% of it not hidden
 //             (both measured at Llama-3-8B DP = 2 on 2 H200s, bench/RESULTS.md: the one calibration point);
-//   optimizer offload: the host update of the offloaded masters and moments at 0.74 G parameters/s, not
-//             overlapped (measured on the H100 machine's host: 1.2 s for 0.89 B);
+//   optimizer offload: the host update of the offloaded masters and moments at 2.6 G parameters/s per rank,
+//             not overlapped (the 0.89B at offload 1.0 on one H200's host of 16 cores, bench/RESULTS.md);
 //   expert parallelism: its token all-to-alls are not counted (on 2 H200s EP=2 kept 94-96% of EP=1's tokens/s
 //             per GPU, bench/RESULTS.md), so equal estimates list the smaller EP first;
 //   data and context parallelism otherwise: overlapped with compute (their collectives are not counted; context
@@ -28,6 +31,7 @@
 //             so equal estimates list more data parallelism first).
 #pragma once
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -44,11 +48,26 @@ struct LayoutCandidate {
   double step_seconds = 0;   // the estimate above
 };
 
-// base: the run's flags, parsed (not necessarily valid for `gpus` ranks). gpu_bytes: usable memory per GPU.
-std::vector<LayoutCandidate> search_layouts(const train::Arguments& base, int gpus, double gpu_bytes);
+// What a layout must fit in: memory per GPU, and the host memory its ranks on one node share (what optimizer
+// offload pins there).
+struct LayoutBudget {
+  double gpu_bytes = 0;  // usable per GPU
+  double host_bytes_per_node = std::numeric_limits<double>::infinity();
+  int gpus_per_node = 8;
+};
+inline constexpr double kHostBytesPerRank = 4.0 * double(1ull << 30);
+
+// The host memory a node's ranks may pin for offloaded optimizer state (the rule above; 0 when none is left).
+double host_bytes_for_offload(const LayoutBudget& budget, int gpus);
+// The pinned host memory a plan's offload takes on one node of `gpus` GPUs: its largest rank's, times the node's
+// ranks.
+double offload_bytes_per_node(double most_host_bytes_of_a_rank, const LayoutBudget& budget, int gpus);
+
+// base: the run's flags, parsed (not necessarily valid for `gpus` ranks).
+std::vector<LayoutCandidate> search_layouts(const train::Arguments& base, int gpus, const LayoutBudget& budget);
 
 std::string describe(const std::vector<LayoutCandidate>& layouts, const train::Arguments& base, int gpus,
-                     double gpu_bytes);
+                     const LayoutBudget& budget);
 
 // The step-time estimate above for one resolved run, its recomputation read from its flags (selective
 // recomputation counts as "selective mlp" when it recomputes the MLPs, else as none). `--dry-run` prints it, so

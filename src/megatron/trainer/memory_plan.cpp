@@ -362,6 +362,12 @@ const RankMemory& MemoryPlan::worst() const {
                            [](const RankMemory& a, const RankMemory& b) { return a.peak < b.peak; });
 }
 
+double MemoryPlan::most_host_bytes() const {
+  double most = 0;
+  for (const RankMemory& r : ranks) most = std::max(most, r.optimizer_host);
+  return most;
+}
+
 // What the copy-engine transports allocate per rank with cudaMalloc, beside the caching allocator (on GPUs
 // only): --tp-comm-overlap's two exchanges (the pipelined and the bulk collectives), a slot per TP rank of one
 // sequence-parallel chunk [T / TP, h] each, and --cp-comm-transport copy-engine's two ring exchanges (key/value
@@ -457,7 +463,12 @@ std::string describe(const MemoryPlan& plan, const train::Arguments& args) {
   }
   const RankMemory& w = plan.worst();
   out << "predicted peak allocated: " << gib(w.peak) << " GiB (pipeline rank " << w.pipeline_rank << ")";
-  if (w.optimizer_host > 0) out << "; optimizer state in host memory: " << gib(w.optimizer_host) << " GiB per rank";
+  if (plan.most_host_bytes() > 0) {
+    const int node_ranks = std::min(args.parallel.world_size, std::max(1, args.training.dry_run_gpus_per_node));
+    out << "; optimizer state in pinned host memory: " << gib(plan.most_host_bytes()) << " GiB per rank, up to "
+        << gib(plan.most_host_bytes() * node_ranks) << " GiB on a node of " << node_ranks
+        << " ranks (--dry-run-gpus-per-node)";
+  }
   out << "\n";
   for (const std::string& n : plan.notes) out << "note: " << n << "\n";
   return out.str();

@@ -34,6 +34,7 @@ struct RankMemory {
 struct MemoryPlan {
   std::vector<RankMemory> ranks;     // one per pipeline rank (TP, CP and DP ranks of a stage are alike)
   const RankMemory& worst() const;
+  double most_host_bytes() const;  // the largest optimizer_host of any rank (pinned host memory)
   std::vector<std::string> notes;    // what the plan does not model for this configuration
 };
 

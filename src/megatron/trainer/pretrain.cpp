@@ -10,6 +10,8 @@
 #include <iostream>
 #include <optional>
 
+#include <unistd.h>  // sysconf: the machine's physical memory
+
 #include "megatron/comm/self_communicator.h"
 #if MEGATRON_WITH_NCCL
 #include "megatron/comm/nccl_communicator.h"
@@ -27,6 +29,20 @@ namespace megatron::trainer {
 namespace {
 
 std::string gib(double bytes) { return str_cat(bytes / double(1ull << 30), " GiB"); }
+
+// --dry-run-layouts' budget from its flags; the host memory, unless given, is this machine's (the planner is
+// usually run on the node it plans for).
+LayoutBudget layout_budget(const train::TrainingArguments& t) {
+  MEGATRON_CHECK(t.dry_run_gpu_memory > 0, "--dry-run-gpu-memory ", t.dry_run_gpu_memory, ": must be > 0 (GiB per GPU)");
+  MEGATRON_CHECK(t.dry_run_host_memory >= 0, "--dry-run-host-memory ", t.dry_run_host_memory,
+                 ": must be >= 0 (GiB per node; 0: this machine's)");
+  MEGATRON_CHECK(t.dry_run_gpus_per_node >= 1, "--dry-run-gpus-per-node ", t.dry_run_gpus_per_node, ": must be >= 1");
+  const double gib_bytes = double(1ull << 30);
+  double host = t.dry_run_host_memory * gib_bytes;
+  if (host == 0) host = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  return {.gpu_bytes = t.dry_run_gpu_memory * gib_bytes, .host_bytes_per_node = host,
+          .gpus_per_node = t.dry_run_gpus_per_node};
+}
 
 // The tokenizer decides the vocabulary (unless --vocab-size is given with mock data); returns the
 // end-of-document token (the last id when there is no tokenizer). A tokenizer type this build lacks (no PCRE2,
@@ -214,8 +230,8 @@ int pretrain(const std::vector<std::string>& argv, const comm::DistributedRuntim
     tokenizer_vocabulary(args);
     if (runtime.world_rank() == 0) {
       const int gpus = args.training.dry_run_layouts;
-      const double gpu_bytes = args.training.dry_run_gpu_memory * double(1ull << 30);
-      std::cout << describe(search_layouts(args, gpus, gpu_bytes), args, gpus, gpu_bytes);
+      const LayoutBudget budget = layout_budget(args.training);
+      std::cout << describe(search_layouts(args, gpus, budget), args, gpus, budget);
     }
     return 0;
   }
