@@ -123,6 +123,8 @@ class AdamW {
   void copy_gradient_to_host(Context& ctx, size_t i);
   // An offloaded entry's host tensors (master, moments, staging), the master from the parameter's values.
   void offload(Context& ctx, Entry& e);
+  // The other entries' masters (bf16/fp16 parameters) and moments on ctx's device, as views of shared buffers.
+  void place_device_state(Context& ctx);
   // The CPU context the offloaded entries update on: ctx itself on a CPU context.
   Context& host(Context& ctx);
   void step_offloaded(Context& ctx, const std::vector<size_t>& entries, const ops::AdamWConfig& config,
