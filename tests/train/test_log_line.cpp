@@ -27,6 +27,19 @@ TEST(LogLine, MatchesMegatronsFormat) {
             " grad norm: 0.812 | number of skipped iterations:   0 | number of nan iterations:   0 |");
 }
 
+// --moe-per-layer-logging's values as text: one line per loss, its layers in order, the log line's number format;
+// nothing without values.
+TEST(LogLine, MoePerLayerLossesOneLinePerLoss) {
+  const std::vector<std::pair<std::string, double>> per_layer = {
+      {"moe/load_balancing_loss_layer_0", 1.25}, {"moe/load_balancing_loss_layer_1", 0.0},
+      {"moe/load_balancing_loss_layer_2", 1.0625}, {"moe/z_loss_layer_0", 3e-4},
+      {"moe/z_loss_layer_1", 0.0}, {"moe/z_loss_layer_2", 2.5e-4}};
+  EXPECT_EQ(format_moe_per_layer(per_layer),
+            "  per-layer load_balancing_loss (layers 0-2): 1.250000E+00 0.000000E+00 1.062500E+00\n"
+            "  per-layer z_loss (layers 0-2): 3.000000E-04 0.000000E+00 2.500000E-04\n");
+  EXPECT_EQ(format_moe_per_layer({}), "");
+}
+
 // --log-num-zeros-in-grad and --log-params-norm: Megatron's fields and formats ({:.1f}, {:.3f}), after the grad norm.
 TEST(LogLine, NumZerosAndParamsNormFollowTheGradNorm) {
   IterationLog l;

@@ -59,6 +59,23 @@ double field(const std::string& line, const std::string& name) {
 }
 
 // The log's iteration lines by iteration.
+// --moe-per-layer-logging's text lines: (iteration, loss) -> the values per layer, from the lines that follow each
+// iteration's log line.
+std::map<std::pair<int64_t, std::string>, std::vector<double>> per_layer_lines(const std::string& log) {
+  std::map<std::pair<int64_t, std::string>, std::vector<double>> out;
+  std::istringstream in(log);
+  const std::regex iteration(R"(\] iteration +(\d+)/ +\d+ \|)"), layers(R"(^  per-layer (\w+) \(layers 0-\d+\):(.*)$)");
+  int64_t at = -1;
+  for (std::string s; std::getline(in, s);) {
+    std::smatch m;
+    if (std::regex_search(s, m, iteration)) at = std::stoll(m[1]);
+    if (!std::regex_match(s, m, layers)) continue;
+    std::istringstream values(m[2].str());
+    for (double v; values >> v;) out[{at, m[1].str()}].push_back(v);
+  }
+  return out;
+}
+
 std::map<int64_t, std::string> iteration_lines(const std::string& log) {
   std::map<int64_t, std::string> out;
   std::istringstream in(log);
@@ -148,6 +165,7 @@ TEST(PretrainObservability, MegatronDefaultsTrainAndTensorBoardHoldsTheLogLinesV
 )"))) << dropout;
   const auto lines = iteration_lines(log);
   ASSERT_EQ(lines.size(), size_t(iters)) << log;
+  auto per_layer = per_layer_lines(log);
 
   // Timers at level 2 on both ranks: Megatron's names, min <= max, every iteration.
   const auto blocks = timer_blocks(log);
@@ -188,8 +206,15 @@ TEST(PretrainObservability, MegatronDefaultsTrainAndTensorBoardHoldsTheLogLinesV
     both("grad-norm", field(line, "grad norm"), 6e-4);
     both("params-norm", field(line, "params norm"), 6e-4);
     both("num-zeros", field(line, "num zeros"), 0.0);
-    for (const char* loss : {"load_balancing_loss", "z_loss"})
+    for (const char* loss : {"load_balancing_loss", "z_loss"}) {
       expect_scalar(tb, loss, it, field(line, loss), rel(field(line, loss)));
+      // The per-layer text line: TensorBoard's per-layer values, whose mean is the log line's.
+      const std::vector<double>& layers = per_layer[{it, loss}];
+      ASSERT_EQ(layers.size(), 2u) << loss << "\n" << log;
+      for (int layer : {0, 1})
+        expect_scalar(tb, str_cat("moe/", loss, "_layer_", layer), it, layers[size_t(layer)], rel(layers[size_t(layer)]));
+      EXPECT_NEAR((layers[0] + layers[1]) / 2, field(line, loss), rel(field(line, loss)) + 1e-6 * std::fabs(layers[0]));
+    }
     expect_scalar(tb, "iteration-time", it, field(line, "elapsed time per iteration \\(ms\\)") / 1e3, 6e-5);
     expect_scalar(tb, "throughput", it, field(line, "throughput per GPU \\(TFLOP/s/GPU\\)"), 0.06);
     for (const auto& [name, minmax] : blocks[size_t(it - 1)]) expect_scalar(tb, name + "-time", it, minmax.second / 1e3, 6e-6);

@@ -26,6 +26,24 @@ std::string fmt(const char* format, Args... args) {
 
 }  // namespace
 
+std::string format_moe_per_layer(const std::vector<std::pair<std::string, double>>& per_layer) {
+  std::vector<std::pair<std::string, std::vector<double>>> losses;  // in the order they first appear
+  for (const auto& [name, value] : per_layer) {
+    const size_t at = name.rfind("_layer_");
+    const size_t from = name.starts_with("moe/") ? 4 : 0;
+    const std::string loss = name.substr(from, at == std::string::npos ? std::string::npos : at - from);
+    if (losses.empty() || losses.back().first != loss) losses.emplace_back(loss, std::vector<double>{});
+    losses.back().second.push_back(value);
+  }
+  std::string s;
+  for (const auto& [loss, values] : losses) {
+    s += fmt("  per-layer %s (layers 0-%zu):", loss.c_str(), values.size() - 1);
+    for (double v : values) s += fmt(" %E", v);
+    s += "\n";
+  }
+  return s;
+}
+
 std::string format_log_line(const IterationLog& l) {
   std::string s = " [" + (l.timestamp.empty() ? now_timestamp() : l.timestamp) + "]";
   s += fmt(" iteration %8lld/%8lld |", (long long)l.iteration, (long long)l.train_iters);

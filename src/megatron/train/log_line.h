@@ -39,4 +39,10 @@ struct IterationLog {
 
 std::string format_log_line(const IterationLog& log);
 
+// --moe-per-layer-logging's values, named "moe/<loss>_layer_<i>" (Trainer::moe_losses), as text: one line per
+// loss, "  per-layer <loss> (layers 0-<n-1>): <v0> <v1> ..." in the log line's number format, in the order given.
+// Megatron writes them only to TensorBoard and W&B; the log carries them too, so a run's balance per layer can be
+// read from its log alone. Empty for no values.
+std::string format_moe_per_layer(const std::vector<std::pair<std::string, double>>& per_layer);
+
 }  // namespace megatron::train

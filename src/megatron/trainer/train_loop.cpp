@@ -155,6 +155,7 @@ void TrainLoop::log(int64_t iteration, const StepResult& r, double seconds) {
   interval_loss_ = interval_seconds_ = interval_document_squares_ = 0;
   interval_iters_ = skipped_ = nans_ = 0;
   interval_moe_losses_.clear();
+  interval_moe_layer_losses_.clear();
   print_memory_once(iteration);
   if (tensorboard_) tensorboard_->flush();
 }
@@ -169,6 +170,11 @@ void TrainLoop::write_tensorboard(int64_t iteration, const StepResult& r) {
   for (size_t i = 0; i < moe.size(); ++i) {
     if (interval_moe_losses_.size() < moe.size()) interval_moe_losses_.emplace_back(moe[i].first, 0.0);
     interval_moe_losses_[i].second += moe[i].second;
+  }
+  for (size_t i = 0; i < per_layer.size(); ++i) {
+    if (interval_moe_layer_losses_.size() < per_layer.size())
+      interval_moe_layer_losses_.emplace_back(per_layer[i].first, 0.0);
+    interval_moe_layer_losses_[i].second += per_layer[i].second;
   }
   if (!tensorboard_) return;
   if (!moe.empty()) tensorboard_->moe_losses(iteration, moe, per_layer);
@@ -202,11 +208,14 @@ void TrainLoop::print_log_line(int64_t iteration, const StepResult& r) {
   line.learning_rate = trainer_.scheduler().lr();
   line.global_batch_size = r.global_batch_size;
   line.lm_loss = interval_loss_ / double(interval_iters_);
+  std::vector<std::pair<std::string, double>> per_layer;  // --moe-per-layer-logging
   if (args_.logging.tensorboard_dir.empty()) {
-    line.extra_losses = trainer_.moe_losses(interval_iters_);
+    line.extra_losses = trainer_.moe_losses(interval_iters_, args_.moe.moe_per_layer_logging ? &per_layer : nullptr);
   } else {  // read every iteration for TensorBoard: their mean over the interval
     line.extra_losses = interval_moe_losses_;
+    per_layer = interval_moe_layer_losses_;
     for (auto& [name, value] : line.extra_losses) value /= double(interval_iters_);
+    for (auto& [name, value] : per_layer) value /= double(interval_iters_);
   }
   line.loss_scale = trainer_.loss_scaler() ? trainer_.loss_scaler()->scale() : 1.0;
   line.grad_norm = last_grad_norm_;
@@ -214,7 +223,7 @@ void TrainLoop::print_log_line(int64_t iteration, const StepResult& r) {
   line.params_norm = params_norm_;
   line.skipped_iterations = skipped_;
   line.nan_iterations = nans_;
-  if (last_rank_) std::cout << train::format_log_line(line) << "\n" << std::flush;
+  if (last_rank_) std::cout << train::format_log_line(line) << "\n" << train::format_moe_per_layer(per_layer) << std::flush;
 }
 
 void TrainLoop::report_interval(int64_t iteration, double seconds_per_iteration, int64_t global_batch_size) {

@@ -91,6 +91,7 @@ class TrainLoop {
   std::optional<double> last_grad_norm_;
   // MoE losses summed over the interval's iterations, when TensorBoard takes them every iteration.
   std::vector<std::pair<std::string, double>> interval_moe_losses_;
+  std::vector<std::pair<std::string, double>> interval_moe_layer_losses_;  // --moe-per-layer-logging, TensorBoard's
   // --log-num-zeros-in-grad / --log-params-norm of the current iteration, computed once per iteration at most.
   std::optional<int64_t> num_zeros_;
   std::optional<double> params_norm_;
