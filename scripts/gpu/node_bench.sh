@@ -16,7 +16,7 @@
 #             on the host when this was written, the offload's pinned memory held to the node's), 3 iterations.
 #   mixtral   a Mixtral-8x7B shape (32 layers, h 4096, 8 experts of ffn 14336, top-2, seq 4096, GBS 64) in the
 #             planner's first layout with expert parallelism, per-layer MoE losses logged
-#             (--moe-per-layer-logging) for the load balance.
+#             (--moe-per-layer-logging, a line under each log line) for the load balance.
 #   overlap   the 8B shape at TP=8 + SP (DP=1, GBS 32) and TP=4 + SP x DP=2 (GBS 64), --tp-comm-overlap off and on.
 #   scripts/gpu/node_bench.sh [plan] [8b] [scaling] [70b] [mixtral] [overlap]   (default: plan 8b)
 # The summary sets each run beside the planner's step-time estimate and peak for its own flags (--dry-run).
@@ -147,6 +147,7 @@ if [[ $STAGES == *" mixtral "* ]]; then
     echo "Mixtral 8x7B: the planner's first layout: $LAYOUT"
     # shellcheck disable=SC2086
     run mixtral "${MPI[@]}" "$BIN" "${MIXTRAL[@]}" "${COMMON[@]}" --train-iters "$ITERS" --moe-per-layer-logging $LAYOUT
+    grep -E "^  per-layer" "$OUT/node_mixtral.log" | tail -1 | cut -c1-400  # the last iteration's balance per layer
   else
     echo "Mixtral 8x7B: not run"
   fi
