@@ -12,8 +12,9 @@
 #   scaling   a 16-layer 8B-shaped model that fits one GPU: one GPU at GBS 32 against DP=8 at GBS 256 (the same
 #             work per GPU), for the scaling efficiency (per-GPU tokens/s of DP=8 over one GPU's).
 #   70b       a 70B shape (80 layers, h 8192, GQA 64/8, ffn 28672, seq 4096, GBS 32) in the layout the planner
-#             ranks first for 8 GPUs (its row is parsed from the plan; TP=8 with a quarter of the optimizer state
-#             on the host when this was written, the offload's pinned memory held to the node's), 3 iterations.
+#             ranks first for 8 GPUs (its row is parsed from the plan; TP=4 x PP=2 with full recomputation and a
+#             quarter of the optimizer state on the host when this was written, the offload's pinned memory held
+#             to the node's), 3 iterations.
 #   mixtral   a Mixtral-8x7B shape (32 layers, h 4096, 8 experts of ffn 14336, top-2, seq 4096, GBS 64) in the
 #             planner's first layout with expert parallelism, per-layer MoE losses logged
 #             (--moe-per-layer-logging, a line under each log line) for the load balance.
@@ -29,6 +30,10 @@ cd "$(dirname "$0")/../.."
 export GPUS=${GPUS:-8}
 source scripts/gpu/two_gpus.sh  # OUT, the environment, MPI (GPUS ranks)
 GBS_PER_GPU=${GBS_PER_GPU:-32}  # 256 sequences on 8 GPUs
+# The planner's GPU budget (GiB allocated per GPU): an H200's 140 GiB less ~5 GiB of the caching pool's
+# fragmentation (peak reserved over peak allocated: 4.1 GiB for the 70B's layers, 5.0 for Mixtral's on 2x H200,
+# bench/RESULTS.md) and ~3 GiB outside the pool (CUDA context, NCCL's buffers, the libraries' workspaces).
+PLAN_GPU_GIB=${PLAN_GPU_GIB:-130}
 STAGES=" ${*:-plan 8b} "
 ITERS=${ITERS:-4}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
@@ -70,7 +75,7 @@ run() {  # run <name> <command...>
 # The planner's first layout for 8 GPUs as flags: "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2
 # ..." from the first row of --dry-run-layouts (TP PP CP DP [EP] recompute model-state ...).
 first_layout() {  # first_layout <model flags...>
-  "$BIN" "$@" "${COMMON[@]}" --train-iters 3 --dry-run-layouts "$GPUS" --dry-run-gpu-memory 135 2>&1 | python3 -c '
+  "$BIN" "$@" "${COMMON[@]}" --train-iters 3 --dry-run-layouts "$GPUS" --dry-run-gpu-memory "$PLAN_GPU_GIB" 2>&1 | python3 -c '
 import sys
 lines = sys.stdin.read().splitlines()
 head = next((i for i, l in enumerate(lines) if l.split()[:4] == ["TP", "PP", "CP", "DP"]), None)
@@ -99,8 +104,8 @@ if [[ $STAGES == *" plan "* ]]; then
   for shape in LLAMA3_8B LLAMA_70B MIXTRAL; do
     declare -n args=$shape
     gbs=(); [ "$shape" = LLAMA3_8B ] && gbs=(--global-batch-size $(( GBS_PER_GPU * GPUS )))
-    echo "== planner, $shape, $GPUS GPUs (135 GiB each):"
-    "$BIN" "${args[@]}" "${COMMON[@]}" "${gbs[@]}" --train-iters 3 --dry-run-layouts "$GPUS" --dry-run-gpu-memory 135 2>&1 |
+    echo "== planner, $shape, $GPUS GPUs ($PLAN_GPU_GIB GiB each):"
+    "$BIN" "${args[@]}" "${COMMON[@]}" "${gbs[@]}" --train-iters 3 --dry-run-layouts "$GPUS" --dry-run-gpu-memory "$PLAN_GPU_GIB" 2>&1 |
       grep -A6 -E "^ +TP +PP" | tee "$OUT/node_plan_$shape.txt"
     unset -n args
   done
