@@ -532,6 +532,19 @@ TEST(Resume, PretrainGptSaveExitAndLoadContinueTheSameLosses) {
   std::ifstream log(dir / "second.log");
   std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(text.find("resuming at iteration 7"), std::string::npos);
+  // --ckpt-step (Megatron's): an older saved iteration than the tracker's, continuing from there.
+  auto older = run_pretrain(flags + " --load " + ckpt + " --ckpt-step 4", dir / "older.log");
+  ASSERT_EQ(older.size(), 6u) << "iterations 5..10 after resuming at the fourth";
+  for (int64_t it = 5; it <= 10; ++it) EXPECT_EQ(older[it], full[it]) << "iteration " << it;
+  // An iteration that was not kept: refused, naming the ones that were.
+  const std::string missing = std::string(PRETRAIN_GPT_EXE) + " " + flags + " --load " + ckpt + " --ckpt-step 2 > " +
+                              (dir / "missing.log").string() + " 2>&1";
+  EXPECT_NE(std::system(missing.c_str()), 0);
+  std::ifstream missing_log(dir / "missing.log");
+  text.assign(std::istreambuf_iterator<char>(missing_log), {});
+  EXPECT_NE(text.find("--ckpt-step 2: "), std::string::npos) << text;
+  EXPECT_NE(text.find("--load's saved iterations: 4, 6"), std::string::npos) << text;
+  fs::remove_all(dir);
 }
 
 // --use-checkpoint-args: a run that names no architecture flag (not even --num-layers or the vocabulary) takes

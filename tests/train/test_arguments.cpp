@@ -140,6 +140,27 @@ TEST(Validate, EveryViolatedConstraintAtOnce) {
   expect_error([&] { resolve_and_validate(a); }, {"invalid configuration", "problems", "--bf16 and --fp16"});
 }
 
+// --ckpt-step names an iteration of --load: it needs --load, is not negative, and does not mix with
+// --load-fallback-to-intact (which picks the iteration itself).
+TEST(Validate, CkptStepNeedsLoadAndNoFallback) {
+  const auto violations = [](std::vector<std::string> extra) {
+    std::vector<std::string> argv = gpt2_small();
+    argv.pop_back();
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    Arguments a = parse_arguments(argv);
+    a.parallel.world_size = 8;
+    resolve(a);
+    std::string all;
+    for (const std::string& v : constraint_violations(a)) all += v + "\n";
+    return all;
+  };
+  EXPECT_EQ(violations({"--load", "ckpt", "--ckpt-step", "4"}), "");
+  EXPECT_NE(violations({"--ckpt-step", "4"}).find("--ckpt-step 4 needs --load"), std::string::npos);
+  EXPECT_NE(violations({"--load", "ckpt", "--ckpt-step", "-1"}).find("--ckpt-step must not be negative"), std::string::npos);
+  EXPECT_NE(violations({"--load", "ckpt", "--ckpt-step", "4", "--load-fallback-to-intact"}).find("give one of the two"),
+            std::string::npos);
+}
+
 TEST(Validate, ValidConfigurationHasNoViolations) {
   std::vector<std::string> argv = gpt2_small();
   argv.pop_back();

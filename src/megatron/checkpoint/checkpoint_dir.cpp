@@ -144,6 +144,16 @@ std::vector<int64_t> saved_iterations(const fs::path& root) {
   return out;
 }
 
+fs::path checkpoint_to_load(const fs::path& load, int64_t step) {
+  if (step == 0) return load;
+  const fs::path dir = iteration_dir(load, step);
+  if (fs::is_directory(dir)) return dir;  // published iter_* directories are complete (publish_directory)
+  std::string saved;
+  for (int64_t it : saved_iterations(load)) saved += str_cat(saved.empty() ? "" : ", ", it);
+  MEGATRON_FAIL("--ckpt-step ", step, ": ", dir.string(), " holds no checkpoint (",
+                saved.empty() ? std::string("--load has no saved iteration") : "--load's saved iterations: " + saved, ")");
+}
+
 std::vector<int64_t> apply_retention(const fs::path& root, int keep_last) {
   std::vector<int64_t> deleted;
   if (!fs::is_directory(root)) return deleted;

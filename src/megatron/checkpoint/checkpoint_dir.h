@@ -49,6 +49,9 @@ void publish_directory(const std::filesystem::path& tmp, const std::filesystem::
 
 // The iterations with a published iter_* directory under root, ascending.
 std::vector<int64_t> saved_iterations(const std::filesystem::path& root);
+// What --load and --ckpt-step name: `load` itself when step is 0 (a root with a tracker, or an iteration
+// directory), else load's iteration directory for `step`, which must exist (the error lists the saved ones).
+std::filesystem::path checkpoint_to_load(const std::filesystem::path& load, int64_t step);
 // Deletes all but the newest `keep_last` iter_* directories (never the one the tracker names) and any
 // leftover temporary directories; keep_last <= 0 keeps everything. Returns the iterations deleted. Each is
 // renamed to a hidden .tmp name before its files go, so an iter_* directory is always complete.

@@ -358,6 +358,10 @@ void checkpoint_and_data_violations(const Arguments& a, Violations& v) {
   v.need(c.save_interval >= 0, "--save-interval must not be negative (got ", c.save_interval, ")");
   v.need(c.keep_last >= 0, "--keep-last must not be negative (got ", c.keep_last, ")");
   v.need(!c.load_fallback_to_intact || !c.load.empty(), "--load-fallback-to-intact needs --load");
+  v.need(c.ckpt_step >= 0, "--ckpt-step must not be negative (got ", c.ckpt_step, ")");
+  v.need(c.ckpt_step == 0 || !c.load.empty(), "--ckpt-step ", c.ckpt_step, " needs --load");
+  v.need(c.ckpt_step == 0 || !c.load_fallback_to_intact, "--ckpt-step ", c.ckpt_step,
+         " names the checkpoint to load, --load-fallback-to-intact picks one: give one of the two");
   v.need(c.save_interval == 0 || !c.save.empty(), "--save-interval ", c.save_interval, " needs --save");
   const DataArguments& d = a.data;
   const ModelArguments& m = a.model;

@@ -292,6 +292,7 @@ struct CheckpointArguments {
   bool async_save = false;
   int keep_last = 0;       // --keep-last N (Megatron has no retention flag); 0 keeps every checkpoint
   bool load_fallback_to_intact = false;  // ours: resume from the newest intact checkpoint when --load's is not
+  int64_t ckpt_step = 0;   // --ckpt-step N: load --load's iteration N instead of the tracker's (0: the tracker's)
   bool use_checkpoint_args = false;  // the model arguments come from --load's checkpoint (trainer/pretrain.cpp)
 };
 

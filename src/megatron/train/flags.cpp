@@ -448,6 +448,8 @@ std::vector<FlagSpec> checkpoint_flags() {
            "the training thread only queues copies into reusable pinned host buffers (the next optimizer step waits "
            "for them on the device); a background thread writes while training goes on"),
       flag("--keep-last", &A::checkpoint, &C::keep_last, "keep only the newest N checkpoints (0: keep all)"),
+      flag("--ckpt-step", &A::checkpoint, &C::ckpt_step,
+           "load this iteration of --load (its iter_NNNNNNN directory) instead of the one the tracker names"),
       flag("--load-fallback-to-intact", &A::checkpoint, &C::load_fallback_to_intact,
            "ours: check every shard of --load's checkpoint before loading it (one extra read, shared by the ranks); "
            "when one is missing, cut short or corrupt, resume from the newest intact older checkpoint instead of "

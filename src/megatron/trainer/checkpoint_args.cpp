@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "megatron/checkpoint/checkpoint_dir.h"
 #include "megatron/checkpoint/shard_reader.h"
 #include "megatron/checkpoint/training_checkpoint.h"
 #include "megatron/core/error.h"
@@ -12,7 +13,8 @@ namespace megatron::trainer {
 std::vector<std::string> apply_checkpoint_args(train::Arguments& args) {
   if (!args.checkpoint.use_checkpoint_args) return {};
   MEGATRON_CHECK(!args.checkpoint.load.empty(), "--use-checkpoint-args requires --load (the checkpoint whose args to use)");
-  const checkpoint::CheckpointReader reader = checkpoint::CheckpointReader::open(args.checkpoint.load);
+  const checkpoint::CheckpointReader reader =
+      checkpoint::CheckpointReader::open(checkpoint::checkpoint_to_load(args.checkpoint.load, args.checkpoint.ckpt_step));
   const train::Arguments saved = checkpoint::arguments_from_state(reader.state());
   train::ModelArguments& m = args.model;
   const train::ModelArguments given = m;

@@ -20,7 +20,7 @@ RunCheckpoints::RunCheckpoints(Context& ctx, const train::Arguments& args, comm:
     : ctx_(ctx), args_(args), world_(world), reports_(world.rank() == 0), async_saver_(&world) {
   const std::string& load = args.checkpoint.load;
   if (load.empty()) return;
-  const std::filesystem::path root(load);
+  const std::filesystem::path root = checkpoint::checkpoint_to_load(load, args.checkpoint.ckpt_step);
   const bool fallback = args.checkpoint.load_fallback_to_intact;
   if (!std::filesystem::exists(root / checkpoint::kTrackerFile) &&
       !std::filesystem::exists(root / checkpoint::kMetadataFile) &&
