@@ -9,10 +9,7 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 T0=$(date +%s)
 since() { echo "-- $1 at $(( $(date +%s) - T0 )) s"; }
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" >"$OUT/configure.log" 2>&1 &&
-  cmake --build build-gpu -j "$(nproc)" --target test_ops_router_sinkhorn test_ops_router bench_ops \
-    >"$OUT/router_build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/router_build.log" | head; exit 1; }
+BUILD_TARGETS="test_ops_router_sinkhorn test_ops_router bench_ops" scripts/gpu/fp8_bench.sh build || exit 1
 since build
 for t in test_ops_router_sinkhorn test_ops_router; do
   timeout 120 build-gpu/tests/$t --gtest_filter='*Gpu*' >"$OUT/$t.log" 2>&1
