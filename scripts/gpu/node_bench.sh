@@ -16,8 +16,9 @@
 #             quarter of the optimizer state on the host when this was written, the offload's pinned memory held
 #             to the node's), 3 iterations.
 #   mixtral   a Mixtral-8x7B shape (32 layers, h 4096, 8 experts of ffn 14336, top-2, seq 4096, GBS 64) in the
-#             planner's first layout with expert parallelism, per-layer MoE losses logged
-#             (--moe-per-layer-logging, a line under each log line) for the load balance.
+#             planner's first layout with expert parallelism, on the carried real-text corpus when there is one
+#             (mixtral_on_text), per-layer MoE losses logged (--moe-per-layer-logging, a line under each log
+#             line) for the load balance.
 #   overlap   the 8B shape at TP=8 + SP (DP=1, GBS 32) and TP=4 + SP x DP=2 (GBS 64), --tp-comm-overlap off and on.
 #   scripts/gpu/node_bench.sh [plan] [8b] [scaling] [70b] [mixtral] [overlap]   (default: plan 8b)
 # The summary sets each run beside the planner's step-time estimate and peak for its own flags (--dry-run).
@@ -100,6 +101,22 @@ elif state.startswith("fsdp"): flags += ["--use-megatron-fsdp"]
 print(" ".join(flags))'
 }
 
+# Mixtral's flags on the carried real-text corpus when it is there (scripts/gpu/prepare_text_corpus.sh: a byte-level
+# BPE of 32,000 tokens, Mixtral's vocabulary size), else as given: on mock data's uniform random tokens the router
+# drifts to a few experts within iterations (on 2x H200 the load-balancing loss went 1.01 -> 1.56 in 4), which says
+# nothing about a real run's balance. Prints the flags one per line (no flag has a space in it).
+mixtral_on_text() {
+  if [ ! -f .deps/docs/docs_text_document.bin ]; then printf '%s\n' "$@"; return; fi
+  local skip=0 a
+  for a in "$@"; do
+    if [ $skip = 1 ]; then skip=0; continue; fi
+    case $a in --mock-data) continue ;; --vocab-size) skip=1; continue ;; esac
+    printf '%s\n' "$a"
+  done
+  printf '%s\n' --data-path .deps/docs/docs_text_document --split 98,1,1 --data-cache-path "$OUT/data-cache" \
+    --tokenizer-type GPT2BPETokenizer --vocab-file .deps/docs/vocab.json --merge-file .deps/docs/merges.txt
+}
+
 if [[ $STAGES == *" plan "* ]]; then
   for shape in LLAMA3_8B LLAMA_70B MIXTRAL; do
     declare -n args=$shape
@@ -151,7 +168,8 @@ if [[ $STAGES == *" mixtral "* ]]; then
   if LAYOUT=$(first_layout "${MIXTRAL[@]}"); then
     echo "Mixtral 8x7B: the planner's first layout: $LAYOUT"
     # shellcheck disable=SC2086
-    run mixtral "${MPI[@]}" "$BIN" "${MIXTRAL[@]}" "${COMMON[@]}" --train-iters "$ITERS" --moe-per-layer-logging $LAYOUT
+    run mixtral "${MPI[@]}" "$BIN" $(mixtral_on_text "${MIXTRAL[@]}" "${COMMON[@]}") --train-iters "$ITERS" \
+      --moe-per-layer-logging $LAYOUT
     grep -E "^  per-layer" "$OUT/node_mixtral.log" | tail -1 | cut -c1-400  # the last iteration's balance per layer
   else
     echo "Mixtral 8x7B: not run"
