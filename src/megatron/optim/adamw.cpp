@@ -1,6 +1,7 @@
 #include "megatron/optim/adamw.h"
 
 #include <algorithm>
+#include <map>
 
 #include "megatron/core/error.h"
 #include "megatron/ops/elementwise/elementwise.h"
@@ -26,15 +27,36 @@ ops::AdamWConfig at_lr(ops::AdamWConfig config, double lr) {
 constexpr int64_t kStateAlignment = 64;
 int64_t aligned(int64_t n) { return (n + kStateAlignment - 1) / kStateAlignment * kStateAlignment; }
 
-// Consecutive aligned pieces of one buffer, allocated once.
-struct StateBuffer {
-  Tensor buffer;
-  int64_t used = 0;
-  Tensor take(int64_t n) {
-    Tensor piece = buffer.slice(used, used + n);
-    used += aligned(n);
-    return piece;
+// One kind of state (masters, a moment, a staging copy) for many entries: a buffer per dtype, allocated once and
+// cut into aligned consecutive views. Every piece is reserved first, then the buffers allocated, then the pieces
+// taken in the same order.
+class StateArena {
+ public:
+  void reserve(int64_t n, DType dt) { sizes_[dt] += aligned(n); }
+  // make(elements, dtype): one buffer.
+  template <class Make>
+  void allocate(Make make) {
+    for (const auto& [dt, n] : sizes_) buffers_[dt] = {make(n, dt), 0};
   }
+  Tensor take(int64_t n, DType dt) {
+    Piece& b = buffers_.at(dt);
+    Tensor view = b.buffer.slice(b.used, b.used + n);
+    b.used += aligned(n);
+    return view;
+  }
+  // Every buffer, e.g. to fill them at once.
+  template <class F>
+  void for_each_buffer(F f) {
+    for (auto& [dt, b] : buffers_) f(b.buffer);
+  }
+
+ private:
+  struct Piece {
+    Tensor buffer;
+    int64_t used = 0;
+  };
+  std::map<DType, int64_t> sizes_;
+  std::map<DType, Piece> buffers_;
 };
 
 }  // namespace
@@ -60,12 +82,14 @@ AdamW::AdamW(Context& ctx, std::vector<AdamWParam> params, const AdamWOptions& o
     e.source = std::move(p);
     if (double(offloaded) < offload_threshold) {
       offloaded += e.source.param.numel();
-      offload(ctx, e);
+      e.on_host = true;
+      e.has_separate_master = true;  // the device parameter is a copy of the host master, whatever its dtype
     } else {
       e.has_separate_master = dt == DType::BF16 || dt == DType::F16;
     }
     entries_.push_back(std::move(e));
   }
+  place_host_state(ctx);
   place_device_state(ctx);
   if (overlapped(ctx) && offloaded_entries() > 0) streams_ = std::make_unique<TransferStreams>(entries_.size());
 }
@@ -75,37 +99,33 @@ AdamW::AdamW(Context& ctx, std::vector<AdamWParam> params, const AdamWOptions& o
 // below 1 GiB), so with per-entry allocations a distributed optimizer's shard pieces that land just past a class
 // boundary cost one data-parallel rank gigabytes more than another (Llama-70B's layers at DP = 2: 2.25 GiB).
 void AdamW::place_device_state(Context& ctx) {
+  StateArena masters, exp_avg, exp_avg_sq;
   const auto moment_dtype = [](const Entry& e) { return e.source.param.dtype() == DType::F64 ? DType::F64 : DType::F32; };
-  int64_t masters = 0, moments[2] = {0, 0};  // moments: F32, F64
   for (const Entry& e : entries_) {
     if (e.on_host) continue;
-    const int64_t n = aligned(e.source.param.numel());
-    if (e.has_separate_master) masters += n;
-    moments[moment_dtype(e) == DType::F64] += n;
+    const int64_t n = e.source.param.numel();
+    if (e.has_separate_master) masters.reserve(n, DType::F32);
+    exp_avg.reserve(n, moment_dtype(e));
+    exp_avg_sq.reserve(n, moment_dtype(e));
   }
-  StateBuffer master, exp_avg[2], exp_avg_sq[2];
-  if (masters > 0) master.buffer = ctx.empty({masters}, DType::F32);
-  for (int d = 0; d < 2; ++d) {
-    if (moments[d] == 0) continue;
-    const DType dt = d == 1 ? DType::F64 : DType::F32;
-    exp_avg[d].buffer = ctx.empty({moments[d]}, dt);
-    exp_avg_sq[d].buffer = ctx.empty({moments[d]}, dt);
-    ops::fill(ctx, exp_avg[d].buffer, 0.0);
-    ops::fill(ctx, exp_avg_sq[d].buffer, 0.0);
-  }
+  const auto on_device = [&](int64_t n, DType dt) { return ctx.empty({n}, dt); };
+  masters.allocate(on_device);
+  exp_avg.allocate(on_device);
+  exp_avg_sq.allocate(on_device);
+  exp_avg.for_each_buffer([&](const Tensor& t) { ops::fill(ctx, t, 0.0); });
+  exp_avg_sq.for_each_buffer([&](const Tensor& t) { ops::fill(ctx, t, 0.0); });
   for (Entry& e : entries_) {
     if (e.on_host) continue;
     const int64_t n = e.source.param.numel();
     const Tensor flat_param = e.source.param.view({n});
     if (e.has_separate_master) {
-      e.master = master.take(n);
+      e.master = masters.take(n, DType::F32);
       ops::cast(ctx, e.master, flat_param);
     } else {
       e.master = flat_param;
     }
-    const int d = moment_dtype(e) == DType::F64;
-    e.exp_avg = exp_avg[d].take(n);
-    e.exp_avg_sq = exp_avg_sq[d].take(n);
+    e.exp_avg = exp_avg.take(n, moment_dtype(e));
+    e.exp_avg_sq = exp_avg_sq.take(n, moment_dtype(e));
   }
 }
 
@@ -225,23 +245,37 @@ Context& AdamW::host(Context& ctx) {
   return *host_ctx_;
 }
 
-void AdamW::offload(Context& ctx, Entry& e) {
-  const Tensor& param = e.source.param;
-  const Shape flat{param.numel()};
+// The offloaded entries' host tensors -- the fp32 masters and moments (F64 for F64 parameters) and the
+// gradient's and updated parameter's staging copies -- are views of one host buffer per kind and dtype
+// (page-locked on CUDA, for the asynchronous copies), as the device state is (place_device_state: the allocator's
+// size classes would round every entry up on its own); the masters from the parameters' values.
+void AdamW::place_host_state(Context& ctx) {
+  StateArena param_host, grad_host, masters, exp_avg, exp_avg_sq;
+  const auto master_dtype = [](const Entry& e) { return e.source.param.dtype() == DType::F64 ? DType::F64 : DType::F32; };
+  for (const Entry& e : entries_) {
+    if (!e.on_host) continue;
+    const int64_t n = e.source.param.numel();
+    param_host.reserve(n, e.source.param.dtype());
+    grad_host.reserve(n, e.source.main_grad.dtype());
+    for (StateArena* state : {&masters, &exp_avg, &exp_avg_sq}) state->reserve(n, master_dtype(e));
+  }
   Allocator& memory = ctx.is_cuda() ? ctx.pinned_allocator() : ctx.allocator();
+  for (StateArena* a : {&param_host, &grad_host, &masters, &exp_avg, &exp_avg_sq})
+    a->allocate([&](int64_t n, DType dt) { return Tensor::empty({n}, dt, memory); });
   Context& cpu = host(ctx);
-  const DType master_dtype = param.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  e.on_host = true;
-  e.has_separate_master = true;  // the device parameter is a copy of the host master, whatever its dtype
-  e.param_host = Tensor::empty(flat, param.dtype(), memory);
-  e.grad_host = Tensor::empty(flat, e.source.main_grad.dtype(), memory);
-  e.master = Tensor::empty(flat, master_dtype, memory);
-  e.exp_avg = Tensor::empty(flat, master_dtype, memory);
-  e.exp_avg_sq = Tensor::empty(flat, master_dtype, memory);
-  copy_tensor(ctx, e.param_host, param.view({param.numel()}));  // waits for the copy
-  ops::cast(cpu, e.master, e.param_host);
-  ops::fill(cpu, e.exp_avg, 0.0);
-  ops::fill(cpu, e.exp_avg_sq, 0.0);
+  for (StateArena* moment : {&exp_avg, &exp_avg_sq}) moment->for_each_buffer([&](const Tensor& t) { ops::fill(cpu, t, 0.0); });
+  for (Entry& e : entries_) {
+    if (!e.on_host) continue;
+    const Tensor& param = e.source.param;
+    const int64_t n = param.numel();
+    e.param_host = param_host.take(n, param.dtype());
+    e.grad_host = grad_host.take(n, e.source.main_grad.dtype());
+    e.master = masters.take(n, master_dtype(e));
+    e.exp_avg = exp_avg.take(n, master_dtype(e));
+    e.exp_avg_sq = exp_avg_sq.take(n, master_dtype(e));
+    copy_tensor(ctx, e.param_host, param.view({n}));  // waits for the copy
+    ops::cast(cpu, e.master, e.param_host);
+  }
 }
 
 // The offloaded entries. Plain: their gradients to the host (copy_tensor into host memory waits for the device,

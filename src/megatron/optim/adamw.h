@@ -121,8 +121,9 @@ class AdamW {
   bool overlapped(const Context& ctx) const { return options_.overlap_offload_transfers && ctx.is_cuda(); }
   // Queues entry i's gradient copy to the host on the device-to-host stream (or copies it, on the CPU).
   void copy_gradient_to_host(Context& ctx, size_t i);
-  // An offloaded entry's host tensors (master, moments, staging), the master from the parameter's values.
-  void offload(Context& ctx, Entry& e);
+  // The offloaded entries' host tensors (masters, moments, staging) as views of shared host buffers, the masters
+  // from the parameters' values.
+  void place_host_state(Context& ctx);
   // The other entries' masters (bf16/fp16 parameters) and moments on ctx's device, as views of shared buffers.
   void place_device_state(Context& ctx);
   // The CPU context the offloaded entries update on: ctx itself on a CPU context.

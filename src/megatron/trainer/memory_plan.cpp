@@ -282,8 +282,8 @@ ChunkCost chunk_cost(const train::Arguments& a, const Dims& x, const MoeDims& mo
 // data-parallel buffers (one allocation each; per-parameter values without the distributed optimizer; FSDP's
 // sharded strategies keep 1/DP of them plus one module group's whole values, and its gradients in the backward,
 // while it runs), the optimizer's fp32 masters (bf16/fp16 parameters) and two moments per parameter (its shard's
-// range with the distributed optimizer; one buffer of each on the device, the offloaded fraction in host memory
-// with an allocation per tensor), cuBLASLt's workspace on CUDA.
+// range with the distributed optimizer; one buffer of each on the device, and for the offloaded fraction one of
+// each in host memory with the staging copies), cuBLASLt's workspace on CUDA.
 struct ModelState {
   double weights = 0, main_grads = 0, optimizer = 0, optimizer_host = 0;
 };
@@ -310,23 +310,25 @@ ModelState model_state(const train::Arguments& a, const Dims& x, const std::vect
   }
   const double offload = a.training.optimizer_cpu_offload ? a.training.optimizer_offload_fraction : 0.0;
   const int per_param = x.e < 4 ? 3 : 2;  // master (bf16/fp16 parameters) and two moments
-  double offloaded = 0, on_device = 0;
+  double offloaded = 0, on_device = 0, on_host = 0;
   // The optimizer's entries: model order, or the data-parallel buffer's (reverse model order) for the
   // distributed optimizer, which decides which tensors the offloaded fraction takes.
   std::vector<ParamTensor> order = params;
   if (distributed) std::reverse(order.begin(), order.end());
   for (const ParamTensor& p : order) {
     const double local = std::ceil(p.elements / (p.expert ? expert_shard : shard));
+    const double aligned = std::ceil(local / 64) * 64;  // each entry's start aligned to 64 elements in its buffers
     if (offloaded < offload * total) {  // Megatron's rule: whole tensors, in order (optim/adamw.h)
       offloaded += p.elements;
-      const double staging = x.bytes(4 * local) + x.bytes(x.e * local);
-      // One allocation per tensor, with the gradient's and the updated parameter's host copies.
-      m.optimizer_host += per_param * x.bytes(4 * local) + staging;
+      on_host += aligned;
     } else {
-      on_device += std::ceil(local / 64) * 64;  // each entry's start aligned to 64 elements in the shared buffers
+      on_device += aligned;
     }
   }
-  if (on_device > 0) m.optimizer = per_param * x.bytes(4 * on_device);  // one buffer per kind (optim/adamw.h)
+  // One buffer per kind (optim/adamw.h); on the host also the gradient's and the updated parameter's staging.
+  if (on_device > 0) m.optimizer = per_param * x.bytes(4 * on_device);
+  // An offloaded entry always has a host master (even for fp32 parameters: the device copy is not the master).
+  if (on_host > 0) m.optimizer_host = 3 * x.bytes(4 * on_host) + x.bytes(4 * on_host) + x.bytes(x.e * on_host);
   if (x.cuda) m.weights += double(64u << 20);  // cuBLASLt's workspace, allocated with the context
   return m;
 }
