@@ -39,7 +39,7 @@ class StateArena {
     for (const auto& [dt, n] : sizes_) buffers_[dt] = {make(n, dt), 0};
   }
   Tensor take(int64_t n, DType dt) {
-    Piece& b = buffers_.at(dt);
+    Buffer& b = buffers_.at(dt);
     Tensor view = b.buffer.slice(b.used, b.used + n);
     b.used += aligned(n);
     return view;
@@ -51,12 +51,12 @@ class StateArena {
   }
 
  private:
-  struct Piece {
+  struct Buffer {
     Tensor buffer;
     int64_t used = 0;
   };
   std::map<DType, int64_t> sizes_;
-  std::map<DType, Piece> buffers_;
+  std::map<DType, Buffer> buffers_;
 };
 
 }  // namespace
