@@ -57,6 +57,14 @@ std::vector<double> direct_sinkhorn(const std::vector<double>& x, int64_t T, int
   return cost;
 }
 
+// indices [T, k] on the CPU, each uniform in [0, E).
+Tensor random_indices(int64_t T, int64_t k, int64_t E, uint32_t seed) {
+  Tensor indices = cpu().empty(Shape{T, k}, I32);
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < T * k; ++i) indices.data<int32_t>()[i] = int32_t(rng() % E);
+  return indices;
+}
+
 Tensor balanced_on(Context& ctx, const Tensor& host_logits) {
   const Tensor logits = testing::copy_on(ctx, host_logits);
   Tensor out = ctx.empty(logits.shape(), logits.dtype() == F64 ? F64 : F32);
@@ -123,9 +131,8 @@ TEST(RouterSinkhorn, RefusesMismatchedArguments) {
 TEST(RouterSinkhorn, ScoresAtGathersTheChosenExperts) {
   const int64_t T = 37, E = 9, k = 3;
   const Tensor scores = random_logits(T, E, F64, 1.0, 3);
-  Tensor indices = cpu().empty(Shape{T, k}, I32), probs = cpu().empty(Shape{T, k}, F64);
-  std::mt19937 rng(4);
-  for (int64_t i = 0; i < T * k; ++i) indices.data<int32_t>()[i] = int32_t(rng() % E);
+  const Tensor indices = random_indices(T, k, E, 4);
+  Tensor probs = cpu().empty(Shape{T, k}, F64);
   ops::router_scores_at(cpu(), probs, scores, indices);
   for (int64_t i = 0; i < T * k; ++i)
     EXPECT_EQ(probs.data<double>()[i], scores.data<double>()[(i / k) * E + indices.data<int32_t>()[i]]);
@@ -158,9 +165,8 @@ TEST(RouterSinkhornGpu, ScoresAtEqualsTheCpu) {
   Context& gpu = testing::cuda_context();
   const int64_t T = 301, E = 12, k = 2;
   const Tensor scores = random_logits(T, E, F32, 1.0, 5);
-  Tensor indices = cpu().empty(Shape{T, k}, I32), want = cpu().empty(Shape{T, k}, F32);
-  std::mt19937 rng(6);
-  for (int64_t i = 0; i < T * k; ++i) indices.data<int32_t>()[i] = int32_t(rng() % E);
+  const Tensor indices = random_indices(T, k, E, 6);
+  Tensor want = cpu().empty(Shape{T, k}, F32);
   ops::router_scores_at(cpu(), want, scores, indices);
   Tensor probs = gpu.empty(Shape{T, k}, F32);
   ops::router_scores_at(gpu, probs, testing::copy_on(gpu, scores), testing::copy_on(gpu, indices));

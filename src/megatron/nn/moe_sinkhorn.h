@@ -4,8 +4,8 @@
 // less than 1e-4 on average -- while the gates are the plain activation of the logits at the chosen experts
 // (sigmoid for top-1, the softmax over all experts for top-k > 1), not renormalised. Outside training the
 // experts are the top-k of the activation itself (the router's usual path).
-// On the device that holds the logits (ops/router/sinkhorn.h: one CUDA block iterates to convergence, no host
-// round trip), in fp32 as Megatron's router (fp64 for F64 logits).
+// On the device that holds the logits (ops/router/sinkhorn.h: one cooperative CUDA launch iterates to
+// convergence, no host round trip), in fp32 as Megatron's router (fp64 for F64 logits).
 #pragma once
 
 #include "megatron/runtime/context.h"
