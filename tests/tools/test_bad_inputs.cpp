@@ -148,6 +148,16 @@ std::vector<BadInput> pretrain_cases() {
       {"pretrain_unknown_flag", PRETRAIN_GPT_EXE,
        [=](const fs::path&) { return pretrain({"--mock-data", "--vocab-size", "4096", "--hiden-size", "8"}); },
        {"unknown flag --hiden-size; did you mean --hidden-size?"}},
+      {"pretrain_planner_negative_host_memory", PRETRAIN_GPT_EXE,
+       [=](const fs::path&) {
+         return pretrain({"--mock-data", "--vocab-size", "4096", "--dry-run-layouts", "4", "--dry-run-host-memory", "-1"});
+       },
+       {"--dry-run-host-memory -1: must be >= 0 (GiB per node; 0: this machine's)"}},
+      {"pretrain_planner_no_gpus_per_node", PRETRAIN_GPT_EXE,
+       [=](const fs::path&) {
+         return pretrain({"--mock-data", "--vocab-size", "4096", "--dry-run-layouts", "4", "--dry-run-gpus-per-node", "0"});
+       },
+       {"--dry-run-gpus-per-node 0: must be >= 1"}},
       {"pretrain_not_a_number", PRETRAIN_GPT_EXE,
        [=](const fs::path&) { return pretrain({"--mock-data", "--vocab-size", "4096", "--lr", "fast"}); },
        {"--lr expects a number, got 'fast'"}},
