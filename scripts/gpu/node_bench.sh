@@ -167,10 +167,10 @@ fi
 if [[ $STAGES == *" mixtral "* ]]; then
   if LAYOUT=$(first_layout "${MIXTRAL[@]}"); then
     echo "Mixtral 8x7B: the planner's first layout: $LAYOUT"
-    # shellcheck disable=SC2086
     # A real run's warm-up (the first iterations at a fraction of the rate): on real text COMMON's two-iteration
     # warm-up to 3e-4 blew the 8-layer rehearsal up (grad norm 8 -> 351, lm loss 11.2 -> 27.2 at iteration 3, the
     # router collapsing onto two experts), and the balance measured would be that of a diverged run.
+    # shellcheck disable=SC2086,SC2046
     run mixtral "${MPI[@]}" "$BIN" $(mixtral_on_text "${MIXTRAL[@]}" "${COMMON[@]}") --train-iters "$ITERS" \
       --lr-warmup-iters 100 --lr-decay-iters 1000 --moe-per-layer-logging $LAYOUT
     grep -E "^  per-layer" "$OUT/node_mixtral.log" | tail -1 | cut -c1-400  # the last iteration's balance per layer
